@@ -1,0 +1,1 @@
+"""AgentOps: the Django project and console app for operating durable agent runs."""

@@ -1,0 +1,311 @@
+"""The durable data model: sessions, runs, operations, interactions, events, agent versions.
+
+Rows are written only by `runtime/` (the engine and the control verbs); everything else reads.
+Each status field lists its allowed transitions beside its choices, and every transition is a
+guarded UPDATE in `runtime/store.py`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar
+
+from django.db import models
+from django.db.models import Q
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    RETRY_WAIT = "retry_wait"
+    NEEDS_ATTENTION = "needs_attention"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+# from -> the statuses a guarded UPDATE may move it to.
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.RUNNING: frozenset(
+        {
+            RunStatus.RUNNING,  # a takeover of an expired lease
+            RunStatus.COMPLETED,
+            RunStatus.FAILED,
+            RunStatus.WAITING,
+            RunStatus.RETRY_WAIT,
+            RunStatus.NEEDS_ATTENTION,
+            RunStatus.CANCELLED,
+        }
+    ),
+    RunStatus.WAITING: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
+    RunStatus.RETRY_WAIT: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.CANCELLED}),
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
+    RunStatus.FAILED: frozenset({RunStatus.QUEUED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+UNFINISHED_STATUSES = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.WAITING,
+    RunStatus.RETRY_WAIT,
+    RunStatus.NEEDS_ATTENTION,
+)
+TERMINAL_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class AttentionReason(models.TextChoices):
+    UNCERTAIN_OPERATION = "uncertain_operation", "Uncertain operation"
+    VERSION_MISSING = "version_missing", "Agent version not in the code"
+    VERSION_UNREGISTERED = "version_unregistered", "Agent version not registered"
+    FINGERPRINT_MISMATCH = "fingerprint_mismatch", "Agent code changed under the same version"
+    INPUT_MISMATCH = "input_mismatch", "Saved operation input differs from the code's"
+
+
+class AgentVersion(models.Model):
+    """A registration: agent `agent` version `version`, with `fingerprint`, may run.
+
+    Unregistering keeps the row (history and who did it); re-registering reactivates it.
+    """
+
+    agent = models.CharField(max_length=100)
+    version = models.CharField(max_length=50)
+    fingerprint = models.CharField(max_length=64)
+    # The fingerprint's parts as registered, so a later code change can be shown as a diff.
+    spec = models.JSONField(default=dict)
+    registered_at = models.DateTimeField()
+    registered_by = models.CharField(max_length=150)
+    unregistered_at = models.DateTimeField(null=True, blank=True)
+    unregistered_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["agent", "version"], name="one_registration_per_version"
+            )
+        ]
+        permissions: ClassVar = [("manage_agentversion", "Can register and unregister versions")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.version}"
+
+    @property
+    def is_registered(self) -> bool:
+        return self.unregistered_at is None
+
+
+class Session(models.Model):
+    """A conversation: each submitted message starts a run that continues its transcript."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.CharField(max_length=100)
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+
+class Run(models.Model):
+    """One agent turn loop, from a submitted message to a final answer."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="runs")
+    # Position in the session: a run may only be retried while no later run advanced it.
+    seq = models.PositiveIntegerField()
+    agent = models.CharField(max_length=100)
+    version = models.CharField(max_length=50)
+    fingerprint = models.CharField(max_length=64)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    input = models.TextField()
+    output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    # The messages this run added to the session transcript, written at completion.
+    transcript = models.JSONField(default=list)
+    attention_reason = models.CharField(max_length=30, choices=AttentionReason.choices, blank=True)
+    attention_detail = models.JSONField(default=dict, blank=True)
+    blocked_operation = models.CharField(max_length=200, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Incremented on every claim (and on cancel): a write carrying an older fence is refused.
+    fence = models.PositiveBigIntegerField(default=0)
+    steps = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["session", "seq"], name="one_run_per_session_position")
+        ]
+        indexes: ClassVar = [
+            # Console: runs list filtered by status, newest first; inbox counts by status.
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            # Console: runs list newest first without a filter.
+            models.Index(fields=["-created_at"], name="run_created"),
+            # Sweep: running runs whose lease expired.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="run_lease_expiry",
+                condition=Q(status="running"),
+            ),
+            # Sweep and inbox: retry_wait runs ordered by their due time.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="run_retry_due",
+                condition=Q(status="retry_wait"),
+            ),
+            # Console filters, version board and unregister checks: runs of an agent version.
+            models.Index(fields=["agent", "version", "status"], name="run_agent_version"),
+        ]
+        permissions: ClassVar = [
+            ("respond_run", "Can answer approvals and questions"),
+            ("resolve_run", "Can reconcile uncertain operations"),
+            ("control_run", "Can retry and cancel runs"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.status})"
+
+
+class OperationKind(models.TextChoices):
+    MODEL = "model"
+    TOOL = "tool"
+
+
+class OperationStatus(models.TextChoices):
+    STARTED = "started"  # intent committed, outcome not (yet) written
+    COMPLETED = "completed"
+    FAILED = "failed"  # a model request that raised; tools' errors are completed outcomes
+    REJECTED = "rejected"  # an approval was refused; the reason is the result
+
+
+class Operation(models.Model):
+    """One model request or tool call inside a run: its intent, then its outcome."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="operations")
+    key = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=OperationKind.choices)
+    name = models.CharField(max_length=100)
+    policy = models.CharField(max_length=20, blank=True)
+    status = models.CharField(max_length=20, choices=OperationStatus.choices)
+    input = models.JSONField()
+    input_hash = models.CharField(max_length=64)
+    result = models.JSONField(null=True, blank=True)
+    is_error = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    intent_at = models.DateTimeField()
+    outcome_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["run", "key"], name="one_operation_per_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.key}"
+
+    @property
+    def operation_id(self) -> str:
+        """The external idempotency key: stable across crashes and retries."""
+        return f"{self.run_id}:{self.key}"
+
+
+class InteractionKind(models.TextChoices):
+    TOOL_APPROVAL = "tool_approval"
+    QUESTION = "question"
+
+
+class InteractionStatus(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    CANCELLED = "cancelled"
+
+
+class Interaction(models.Model):
+    """A pending question to a person: approve a tool call, or answer the agent."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interactions")
+    operation_key = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=InteractionKind.choices)
+    tool_name = models.CharField(max_length=100)
+    # Approval: {"arguments": …}; question: {"question": …}. Agent-controlled: always escaped.
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=20, choices=InteractionStatus.choices, default=InteractionStatus.PENDING
+    )
+    response = models.JSONField(null=True, blank=True)
+    responded_by = models.CharField(max_length=150, blank=True)
+    responded_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(status="pending"),
+                name="one_pending_interaction_per_run",
+            ),
+            models.UniqueConstraint(
+                fields=["run", "operation_key"], name="one_interaction_per_operation"
+            ),
+        ]
+        indexes: ClassVar = [
+            # Inbox: pending interactions, oldest first.
+            models.Index(
+                fields=["created_at"], name="interaction_pending", condition=Q(status="pending")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.tool_name} ({self.status})"
+
+
+class EventQuerySet(models.QuerySet["Event"]):
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("events are append-only: they cannot be updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise TypeError("events are append-only: they cannot be deleted")
+
+
+class Event(models.Model):
+    """The append-only history of a run: the timeline, the audit trail and the live outbox."""
+
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="events", null=True, blank=True
+    )
+    kind = models.CharField(max_length=50)
+    # "runtime" for the engine, otherwise the username of the person who acted.
+    actor = models.CharField(max_length=150)
+    operation_key = models.CharField(max_length=200, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        indexes: ClassVar = [
+            # Run detail timeline; live catch-up after a reconnect (events after id N).
+            models.Index(fields=["run", "id"], name="event_run_timeline"),
+            # Audit log: operator actions, newest first, filterable by actor.
+            models.Index(fields=["actor", "-id"], name="event_actor"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.actor}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not self._state.adding:
+            raise TypeError("events are append-only: they cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise TypeError("events are append-only: they cannot be deleted")

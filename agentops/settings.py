@@ -1,0 +1,169 @@
+"""Settings from the environment, with embedded defaults that need no server.
+
+Embedded default: SQLite file, in-process Celery worker (in-memory transport) and the
+in-memory channel layer. Production: set DATABASE_URL (PostgreSQL), CELERY_BROKER_URL and
+REDIS_URL (Redis for the broker and the channel layer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+from agentops.env import env_bool, env_float, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("AGENTOPS_PRODUCTION", default=False):
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set in production")
+    # Embedded and test use only: never used when AGENTOPS_PRODUCTION is on.
+    SECRET_KEY = "insecure-embedded-key-set-DJANGO_SECRET_KEY-in-production"
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "channels",
+    "agentops",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+]
+
+ROOT_URLCONF = "agentops.urls"
+WSGI_APPLICATION = "agentops.wsgi.application"
+ASGI_APPLICATION = "agentops.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_from_url(url: str) -> dict[str, object]:
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be postgres://…, got scheme {parsed.scheme!r}"
+        )
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")) or "agentops",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"NAME": env_str("AGENTOPS_TEST_DATABASE", "") or None},
+    }
+
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": _database_from_url(DATABASE_URL)}
+else:
+    (BASE_DIR / "var").mkdir(exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("AGENTOPS_SQLITE_PATH", str(BASE_DIR / "var" / "agentops.sqlite3")),
+            # WAL lets the console read while a worker writes; IMMEDIATE takes the write lock
+            # at BEGIN so two writers queue on busy_timeout instead of failing mid-transaction.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+                ),
+            },
+            "TEST": {"NAME": env_str("AGENTOPS_SQLITE_TEST_PATH", "") or None},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+
+# --- AgentOps runtime -------------------------------------------------------------------------
+# Modules whose Agent definitions form the code registry.
+AGENTOPS_AGENT_MODULES = env_list("AGENTOPS_AGENT_MODULES", [])
+# How long a claim holds a run without a heartbeat, in seconds.
+AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
+# Renew the lease from a thread during long calls (fenced writes renew it as well).
+AGENTOPS_HEARTBEAT = env_bool("AGENTOPS_HEARTBEAT", default=True)
+# Largest JSON document (bytes) accepted from a person or a tool.
+AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
+# Callable that hands a run id to the executor after commit ("" = nobody; tests advance by hand).
+AGENTOPS_DISPATCH = env_str("AGENTOPS_DISPATCH", "")
+# Callable that pushes a committed event to live subscribers ("" = nobody).
+AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "")
+
+# --- Content-Security-Policy (django-csp 4) ------------------------------------------------------
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,100 @@
+"""Every error the runtime raises, each with a stable `code` and a message built from ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class AgentOpsError(Exception):
+    """Base class of the runtime's errors; `code` is stable, the message is for people."""
+
+    code = "agentops_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class AgentDefinitionError(AgentOpsError):
+    """An agent or tool definition is invalid; raised at definition time."""
+
+    code = "invalid_definition"
+
+
+class NotFound(AgentOpsError):
+    code = "not_found"
+
+
+class InvalidInput(AgentOpsError):
+    """Human- or model-supplied data failed validation; nothing was written."""
+
+    code = "invalid_input"
+
+    def __init__(self, message: str, errors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class InvalidTransition(AgentOpsError):
+    """The run is not in a state that allows this action."""
+
+    code = "invalid_transition"
+
+
+class SessionBusy(AgentOpsError):
+    code = "session_busy"
+
+
+class InteractionConflict(AgentOpsError):
+    """Someone already answered this interaction differently."""
+
+    code = "interaction_conflict"
+
+
+class InteractionClosed(AgentOpsError):
+    """The interaction is no longer pending (its run was cancelled)."""
+
+    code = "interaction_closed"
+
+
+class NotBlocked(AgentOpsError):
+    """A resolve for an operation the run is not blocked on."""
+
+    code = "not_blocked"
+
+
+class RetryRejected(AgentOpsError):
+    code = "retry_rejected"
+
+
+class RegistrationError(AgentOpsError):
+    """A register batch is invalid; nothing in it was written."""
+
+    code = "registration_error"
+
+
+class DurableConflictError(AgentOpsError):
+    """Unregister refused: runs still need the version."""
+
+    code = "durable_conflict"
+
+    def __init__(self, message: str, run_ids: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.run_ids = list(run_ids)
+
+
+class ModelError(AgentOpsError):
+    """The model call failed (provider error, or output that failed validation)."""
+
+    code = "model_error"
+
+
+class LeaseLost(BaseException):
+    """This worker's claim was taken over (or the run cancelled): it must commit nothing more.
+
+    A BaseException so that a tool's `except Exception` cannot swallow it.
+    """
+
+    def __init__(self, run_id: object) -> None:
+        super().__init__(f"lease on run {run_id} was lost; this worker stops")
+        self.run_id = run_id

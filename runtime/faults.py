@@ -1,0 +1,47 @@
+"""Named crash windows of the turn log, for the crash harness and fault-injection tests.
+
+In production nothing is installed and `reach` returns at once. Tests install a handler
+(`runtime.testing.crash_at`), or set AGENTOPS_CRASH_AT=window[:operation-name] to make a
+worker process kill itself with SIGKILL at that window.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+WINDOWS = (
+    "before_intent",  # nothing written for this call yet
+    "after_intent",  # intent committed, not dispatched
+    "in_handler",  # the handler returned (its effect happened), result not yet checked
+    "after_handler",  # result checked, outcome not yet written
+    "during_outcome",  # inside the outcome transaction: rolls back as a whole
+    "after_outcome",  # outcome committed
+)
+
+# handler(window, run, operation_key, operation_name)
+Handler = Callable[[str, Any, str, str], None]
+handler: Handler | None = None
+
+
+def _kill_at(spec: str) -> Handler:
+    window, _, name = spec.partition(":")
+    if window not in WINDOWS:
+        raise ValueError(f"AGENTOPS_CRASH_AT: unknown window {window!r} (one of {WINDOWS})")
+
+    def kill(reached: str, run: Any, key: str, operation: str) -> None:
+        if reached == window and name in ("", operation):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return kill
+
+
+def reach(window: str, run: Any, key: str, operation: str) -> None:
+    """Called by the engine at each window; does nothing unless a handler is installed."""
+    active = handler
+    if active is None and os.environ.get("AGENTOPS_CRASH_AT"):
+        active = _kill_at(os.environ["AGENTOPS_CRASH_AT"])
+    if active is not None:
+        active(window, run, key, operation)

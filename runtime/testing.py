@@ -1,0 +1,77 @@
+"""A crash harness for tests of agents and tools: crash at a named window, then recover.
+
+    with testing.crash_at("after_handler", tool="refund_order"):
+        engine.advance(run.pk)          # raises SimulatedCrash where a worker would die
+    testing.recover(run.pk)             # the lease expires; a new worker takes over
+
+Windows: before_intent, after_intent, in_handler, after_handler, during_outcome (the outcome
+transaction rolls back), after_outcome. The crash is a BaseException, so nothing in the engine
+or a tool can catch it, exactly like a process that died.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agentops.models import Run, RunStatus
+from runtime import clock, engine, faults
+from runtime.registry import code_defines
+
+__all__ = [
+    "SimulatedCrash",
+    "code_defines",
+    "crash_at",
+    "expire_lease",
+    "recover",
+    "run_until_idle",
+]
+
+
+class SimulatedCrash(BaseException):
+    """The worker 'died' here: nothing after this point ran or committed."""
+
+
+@contextmanager
+def crash_at(window: str, *, tool: str | None = None, times: int = 1) -> Iterator[list[str]]:
+    """Crash the first `times` times `window` is reached (for `tool`, or any operation).
+
+    `tool="model"` targets model requests. Yields the list of keys where it crashed.
+    """
+    if window not in faults.WINDOWS:
+        raise ValueError(f"unknown crash window {window!r}; one of {', '.join(faults.WINDOWS)}")
+    crashed: list[str] = []
+
+    def crash(reached: str, run: Any, key: str, operation: str) -> None:
+        if reached == window and tool in (None, operation) and len(crashed) < times:
+            crashed.append(key)
+            raise SimulatedCrash(f"crash at {window} of {key}")
+
+    previous, faults.handler = faults.handler, crash
+    try:
+        yield crashed
+    finally:
+        faults.handler = previous
+
+
+def expire_lease(run_id: Any) -> None:
+    """Make a crashed worker's lease run out now, as the passing of time would."""
+    Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+        lease_expires_at=clock.now() - dt.timedelta(seconds=1)
+    )
+
+
+def run_until_idle(run_id: Any, *, limit: int = 50) -> Run:
+    """Advance the run until no worker can claim it (it completed, failed or needs a person)."""
+    for _ in range(limit):
+        if not engine.advance(run_id, owner="test-worker"):
+            break
+    return Run.objects.get(pk=run_id)
+
+
+def recover(run_id: Any) -> Run:
+    """What a replacement worker does after a crash: take the run over and go on."""
+    expire_lease(run_id)
+    return run_until_idle(run_id)
