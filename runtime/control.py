@@ -7,6 +7,8 @@ after that commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError

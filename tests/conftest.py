@@ -19,15 +19,14 @@ STRICT = os.environ.get("AGENTOPS_STRICT") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """PostgreSQL-only tests are skipped on SQLite, except in the strict (CI) run, where the
-    Makefile runs the suite on PostgreSQL as well and a skip would hide a missing server."""
-    del config
+    """PostgreSQL-only tests belong to the PostgreSQL pass of `make test`: on SQLite they are
+    deselected (not skipped), and the strict (CI) form makes that pass mandatory."""
     if os.environ.get("DATABASE_URL"):
         return
-    skip = pytest.mark.skip(reason="needs PostgreSQL: runs in the PostgreSQL pass of make test")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+    postgres_only = [item for item in items if "postgres" in item.keywords]
+    if postgres_only:
+        config.hook.pytest_deselected(items=postgres_only)
+        items[:] = [item for item in items if "postgres" not in item.keywords]
 
 
 @pytest.fixture(autouse=True)
@@ -165,9 +164,13 @@ def effects() -> Iterator[Effects]:
 def define(db: None) -> Iterator[Any]:
     """define(agent, ...) puts agents in the code registry and registers them."""
     stack: list[Any] = []
+    defined: list[Agent] = []
 
     def _define(*agents: Agent, register_them: bool = True) -> Agent:
-        ctx = code_defines(*agents)
+        # Each call adds to the agents defined so far (a newer definition of a key wins).
+        keys = {agent.key for agent in agents}
+        defined[:] = [a for a in defined if a.key not in keys] + list(agents)
+        ctx = code_defines(*defined)
         ctx.__enter__()
         stack.append(ctx)
         if register_them:

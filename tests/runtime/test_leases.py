@@ -1,0 +1,89 @@
+"""Claims, leases and fences: one owner at a time; a taken-over worker commits nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from agentops.models import Event, Operation, Run, RunStatus
+from runtime import LeaseLost, store, submit
+from runtime.engine import advance
+from runtime.testing import expire_lease
+from tests.conftest import make_agent, one_call, say
+
+
+def test_a_claim_lands_once(define):
+    agent = define(make_agent([say("hi")]))
+    run = submit(agent.name, "hi", actor="alice")
+    first = store.claim(run.pk, "w1")
+    assert first is not None and first.fence == 1
+    assert store.claim(run.pk, "w2") is None
+    assert Event.objects.filter(kind="claimed").count() == 1
+
+
+def test_a_delivery_for_a_finished_run_writes_nothing(define):
+    agent = define(make_agent([say("hi")]))
+    run = submit(agent.name, "hi", actor="alice")
+    assert advance(run.pk) is True
+    before = Event.objects.count()
+    assert advance(run.pk) is False
+    assert Event.objects.count() == before
+
+
+def test_a_taken_over_worker_can_commit_nothing(define, effects):
+    agent = define(make_agent(one_call("charge")))
+    run = submit(agent.name, "hi", actor="alice")
+    old = store.claim(run.pk, "old")
+    expire_lease(run.pk)
+    new = store.claim(run.pk, "new")
+    assert (old.fence, new.fence) == (1, 2)
+    with pytest.raises(LeaseLost):
+        store.write_intent(
+            old,
+            None,
+            key="k",
+            kind="tool",
+            name="charge",
+            policy="manual",
+            input={},
+            input_hash="h",
+        )
+    with pytest.raises(LeaseLost):
+        store.transition(old, RunStatus.COMPLETED, "completed", output="stolen")
+    assert not Operation.objects.exists()
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner, run.output) == (RunStatus.RUNNING, "new", "")
+    assert Event.objects.filter(kind="lease_expired").get().data["previous_owner"] == "old"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_on_postgres_have_exactly_one_winner(settings):
+    agent = make_agent([say("hi")])
+    from runtime.registry import code_defines, register
+
+    with code_defines(agent):
+        register([agent], actor="admin")
+        run_ids = [submit(agent.name, f"m{i}", actor="alice").pk for i in range(20)]
+        winners: dict[str, list[str]] = {str(r): [] for r in run_ids}
+        barrier = threading.Barrier(4)
+
+        def worker(name: str) -> None:
+            try:
+                barrier.wait()
+                for run_id in run_ids:
+                    if store.claim(run_id, name) is not None:
+                        winners[str(run_id)].append(name)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert all(len(owners) == 1 for owners in winners.values()), winners
+    assert Run.objects.filter(status=RunStatus.RUNNING, fence=1).count() == 20
+    assert connection.vendor == "postgresql"

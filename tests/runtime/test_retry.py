@@ -1,0 +1,144 @@
+"""Retry rules and persisted model retries with backoff."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from agentops.models import Event, Operation, OperationStatus, RunStatus
+from runtime import ModelRetry, RetryRejected, cancel, retry, submit
+from runtime.clock import frozen
+from runtime.llm.scripted import call, say
+from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
+from tests.conftest import ARGS, make_agent, one_call
+
+
+class Flaky:
+    """A script whose first `failures` model calls raise."""
+
+    def __init__(self, failures: int, turns):
+        self.failures, self.turns, self.calls = failures, turns, 0
+
+    def __call__(self, request):
+        self.calls += 1
+        if self.calls <= self.failures:
+            return RuntimeError(f"overloaded #{self.calls}")
+        return self.turns[sum(1 for m in request.messages if m["role"] == "assistant")]
+
+
+def test_it_fails_on_the_first_model_error_without_a_retry_policy(define):
+    agent = define(make_agent(Flaky(1, [say("hi")])))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    assert run.status == RunStatus.FAILED
+    assert "overloaded #1" in run.error
+
+
+def test_it_waits_with_exponential_backoff_and_then_succeeds(define):
+    policy = ModelRetry(max_attempts=3, initial_delay=2, max_delay=3)
+    agent = define(make_agent(Flaky(2, [say("hi")]), model_retry=policy))
+    with frozen(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) as clock:
+        run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+        assert run.status == RunStatus.RETRY_WAIT
+        assert run.next_attempt_at == dt.datetime(2026, 1, 1, 0, 0, 2, tzinfo=dt.UTC)
+        assert run_until_idle(run.pk).status == RunStatus.RETRY_WAIT  # not due yet
+        clock.advance(2)
+        run = run_until_idle(run.pk)
+        assert run.status == RunStatus.RETRY_WAIT
+        assert run.next_attempt_at == dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)  # capped: 3s
+        clock.advance(3)
+        run = run_until_idle(run.pk)
+    assert run.status == RunStatus.COMPLETED
+    assert Operation.objects.get(run=run, key="step-1/model").attempts == 3
+    assert Event.objects.filter(run=run, kind="retry_scheduled").count() == 2
+
+
+def test_it_fails_when_the_attempts_run_out(define):
+    agent = define(make_agent(Flaky(5, [say("hi")]), model_retry=ModelRetry(2, 1, 1)))
+    with frozen() as clock:
+        run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+        clock.advance(1)
+        run = run_until_idle(run.pk)
+    assert run.status == RunStatus.FAILED
+    assert "after 2 attempts" in run.error
+
+
+def test_it_counts_crashed_model_attempts(define):
+    agent = define(make_agent([say("hi")], model_retry=ModelRetry(max_attempts=2)))
+    run = submit(agent.name, "hi", actor="alice")
+    for _ in range(2):
+        with crash_at("after_intent", tool="model"), pytest.raises(SimulatedCrash):
+            recover(run.pk)
+    run = recover(run.pk)
+    assert run.status == RunStatus.FAILED
+    assert "interrupted 2 times" in run.error
+
+
+def test_retry_now_ends_the_wait_at_once(define):
+    agent = define(make_agent(Flaky(1, [say("hi")]), model_retry=ModelRetry(3, 60, 60)))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    assert run.status == RunStatus.RETRY_WAIT
+    retry(run.pk, actor="ops")
+    assert run_until_idle(run.pk).status == RunStatus.COMPLETED
+    assert Event.objects.get(kind="retried_now").actor == "ops"
+
+
+def test_retry_of_a_failed_run_resets_model_attempts_and_keeps_completed_results(define, effects):
+    turns = [call(("get_order", ARGS["get_order"]), step=1), say("done")]
+    provider = {"down": True}
+
+    def script(request):
+        position = sum(1 for m in request.messages if m["role"] == "assistant")
+        if position == 1 and provider["down"]:
+            return RuntimeError("provider down")
+        return turns[position]
+
+    agent = define(make_agent(script, model_retry=ModelRetry(1, 1, 1)))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    assert run.status == RunStatus.FAILED
+    assert Operation.objects.get(run=run, key="step-2/model").status == OperationStatus.FAILED
+    provider["down"] = False
+    retry(run.pk, actor="ops")
+    assert Operation.objects.get(run=run, key="step-2/model").attempts == 0
+    run = run_until_idle(run.pk)
+    assert run.status == RunStatus.COMPLETED
+    assert effects.total == 1  # the completed get_order was replayed, not re-run
+    assert Operation.objects.get(run=run, key="step-2/model").attempts == 1
+    assert Operation.objects.get(run=run, key="step-1/model").attempts == 1
+
+
+def test_retry_never_overrides_manual_recovery(define, effects):
+    agent = define(make_agent(one_call("charge")))
+    run = submit(agent.name, "hi", actor="alice")
+    with crash_at("after_handler", tool="charge"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    run = recover(run.pk)
+    with pytest.raises(RetryRejected, match="reconcile"):
+        retry(run.pk, actor="ops")
+    run.refresh_from_db()
+    assert run.status == RunStatus.NEEDS_ATTENTION
+    assert effects.total == 1
+
+
+def test_retry_is_rejected_once_a_later_run_advanced_the_session(define):
+    agent = define(make_agent(Flaky(1, [say("one"), say("two")])))
+    first = run_until_idle(submit(agent.name, "first", actor="alice").pk)
+    assert first.status == RunStatus.FAILED
+    later = submit(agent.name, "second", actor="alice", session=first.session_id)
+    with pytest.raises(RetryRejected, match=str(later.pk)):
+        retry(first.pk, actor="ops")
+    first.refresh_from_db()
+    assert first.status == RunStatus.FAILED
+
+
+@pytest.mark.parametrize("status", ["completed", "cancelled", "waiting"])
+def test_retry_is_rejected_in_other_states(define, effects, status):
+    agent = define(make_agent(one_call("get_order" if status == "completed" else "refund")))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    if status == "cancelled":
+        run = cancel(run.pk, actor="ops")
+    assert run.status == status
+    with pytest.raises(RetryRejected, match=f"a {status} run cannot be retried"):
+        retry(run.pk, actor="ops")
+    run.refresh_from_db()
+    assert run.status == status
