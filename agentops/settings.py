@@ -38,6 +38,10 @@ INSTALLED_APPS = [
     "channels",
     "agentops",
 ]
+# The refund desk demo (its payments tables and agent); AGENTOPS_DEMO=0 leaves it out.
+AGENTOPS_DEMO = env_bool("AGENTOPS_DEMO", default=True)
+if AGENTOPS_DEMO:
+    INSTALLED_APPS.append("demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -134,7 +138,7 @@ LOGIN_REDIRECT_URL = "/"
 
 # --- AgentOps runtime -------------------------------------------------------------------------
 # Modules whose Agent definitions form the code registry.
-AGENTOPS_AGENT_MODULES = env_list("AGENTOPS_AGENT_MODULES", [])
+AGENTOPS_AGENT_MODULES = env_list("AGENTOPS_AGENT_MODULES", ["demo.agents"] if AGENTOPS_DEMO else [])
 # How long a claim holds a run without a heartbeat, in seconds.
 AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
 # Renew the lease from a thread during long calls (fenced writes renew it as well).
@@ -166,4 +170,25 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "WARNING")},
+}
+
+# --- Execution: Celery (owned by agentops/celery.py and agentops/tasks.py) ----------------------
+# Embedded default: the in-process worker started by `make run`; production: Redis.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+CELERY_TASK_IGNORE_RESULT = True
+# At-least-once: a task is acknowledged after it ran, and redelivered if its worker died.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# How often the sweep re-enqueues lost, expired and due runs, in seconds.
+AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0)
+
+# --- Live updates: Channels ---------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL")
+CHANNEL_LAYERS = {
+    "default": (
+        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        if REDIS_URL
+        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+    )
 }
