@@ -32,9 +32,9 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import clock, faults, registry, store
+from runtime import clock, faults, jsonvalues, registry, store
 from runtime.agents import Agent, Tool, ToolContext, digest, validate_input
-from runtime.errors import LeaseLost, ModelError
+from runtime.errors import InvalidInput, LeaseLost, ModelError
 from runtime.llm import ModelRequest, ModelResponse, ToolUseBlock
 from runtime.transcript import session_history, tool_result_block
 
@@ -232,6 +232,8 @@ class _Turn:
             response = registry.model_client(agent).complete(
                 request, operation_id=_op_id(self.run, key)
             )
+            # Text the database cannot store (NUL, lone surrogates) fails like bad output.
+            jsonvalues.check(response.model_dump(mode="json"), what="model output")
         except LeaseLost:
             raise
         except Exception as exc:  # every error inside the model call is the model's
@@ -373,9 +375,13 @@ class _Turn:
         try:
             value = tool.handler(args, context)
             faults.reach("in_handler", self.run, op.key, tool.name)
-            return tool.validate_output(value), False
+            result = tool.validate_output(value)
+            jsonvalues.check(result, what=f"result of {tool.name}")
+            return result, False
         except ValidationError as exc:
             return {"error": f"{tool.name} returned output that fails its schema: {exc}"}, True
+        except InvalidInput as exc:
+            return {"error": exc.message}, True
         except Exception as exc:
             return {"error": str(exc) or type(exc).__name__, "type": type(exc).__name__}, True
 

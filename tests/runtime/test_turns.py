@@ -143,3 +143,25 @@ def test_cancel_stops_a_waiting_run_and_closes_its_interaction(define, effects):
     with pytest.raises(InvalidTransition, match="only unfinished runs"):
         cancel(run.pk, actor="ops")
     assert run_until_idle(run.pk).status == RunStatus.CANCELLED
+
+
+def test_model_output_the_database_cannot_store_is_a_model_error(define, effects):
+    agent = define(make_agent([say("bad\x00text")]))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    assert run.status == RunStatus.FAILED
+    assert "model output contains a NUL character" in run.error
+
+
+def test_a_tool_result_the_database_cannot_store_is_an_error_outcome(define, effects):
+    @tool(recovery="safe")
+    def leaky(args: Lookup, ctx: ToolContext) -> OrderInfo:
+        """Returns a NUL."""
+        return OrderInfo(order_id="\x00", status="?")
+
+    agent = make_agent([call(("leaky", {"order_id": "A1"}), step=1), say("ok")])
+    agent = define(type(agent)(**{**agent.__dict__, "tools": (*agent.tools, leaky)}))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    assert run.status == RunStatus.COMPLETED
+    assert tool_results(run) == [
+        {"error": "the result of leaky contains a NUL character", "is_error": True}
+    ]
