@@ -84,13 +84,16 @@ def submit(
     Uses `version` if given, else the newest registered version whose code matches.
     """
     message = _text(message, "message", MAX_MESSAGE_CHARS)
+    agent = _text(agent, "agent name", 100)
+    if version is not None:
+        version = _text(version, "version", 50)
     now = clock.now()
     try:
         with transaction.atomic():
             code = registry.registered_version(agent, version, lock=True)
             if code is None:
-                which = f"version {version} of " if version else "a registered version of "
-                raise NotFound(f"there is no {which}agent {agent!r} that matches the code")
+                which = f"version {version!r}" if version else "version"
+                raise NotFound(f"agent {agent!r} has no registered {which} that matches the code")
             if session is None:
                 chat = Session.objects.create(
                     agent=agent, title=title[:200] or message[:80], created_at=now
@@ -375,6 +378,32 @@ def retry(run_id: Any, *, actor: str) -> Run:
     return run
 
 
+@dataclass(frozen=True)
+class RetryResult:
+    """What `retry_many` did with one run: retried, or refused with the reason."""
+
+    run_id: str
+    retried: bool
+    problem: str = ""
+
+
+def retry_many(run_ids: Iterable[Any], *, actor: str) -> list[RetryResult]:
+    """`retry` each run on its own (e.g. a version board group); a refusal holds no other back.
+
+    Each run goes through `retry` with its checks and its own transaction; the result says,
+    per run, whether it was retried or why not.
+    """
+    results = []
+    for run_id in run_ids:
+        try:
+            retry(run_id, actor=actor)
+        except (RetryRejected, NotFound) as exc:
+            results.append(RetryResult(str(run_id), retried=False, problem=exc.message))
+        else:
+            results.append(RetryResult(str(run_id), retried=True))
+    return results
+
+
 def cancel(run_id: Any, *, actor: str, reason: str = "") -> Run:
     """Cancel an unfinished run; a worker still running it can commit nothing more."""
     run = _get_run(run_id)
@@ -431,6 +460,7 @@ __all__ = [
     "respond",
     "resume",
     "retry",
+    "retry_many",
     "retry_problem",
     "submit",
 ]

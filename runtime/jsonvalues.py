@@ -22,17 +22,21 @@ def max_bytes() -> int:
     return int(settings.AGENTOPS_MAX_JSON_BYTES)
 
 
+class _Refused(ValueError):
+    """A parse hook's refusal; `loads` names the field in the message."""
+
+
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise InvalidInput(f"duplicate key {key!r} in JSON object")
+            raise _Refused(f"duplicate key {key[:50]!r} in an object")
         result[key] = value
     return result
 
 
 def _reject_constant(name: str) -> Any:
-    raise InvalidInput(f"{name} is not a JSON number")
+    raise _Refused(f"{name} is not a JSON number")
 
 
 def loads(text: str, *, what: str = "value") -> Any:
@@ -43,12 +47,14 @@ def loads(text: str, *, what: str = "value") -> Any:
         value = json.loads(
             text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
         )
+    except _Refused as exc:
+        raise InvalidInput(f"the {what} is not usable JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"the {what} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from None
-    except RecursionError:
-        raise InvalidInput(f"the {what} is nested too deeply") from None
+    except (RecursionError, ValueError):  # nesting beyond the parser, or a huge integer literal
+        raise InvalidInput(f"the {what} is nested too deeply or has a number too large") from None
     check(value, what=what)
     return value
 
