@@ -27,7 +27,8 @@ lint: install
 
 run: install
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py runserver $(PORT)
+	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py serve $(PORT)
 
 test: lint
 	@echo "== test suite on SQLite =="

@@ -19,6 +19,7 @@ WINDOWS = (
     "after_handler",  # result checked, outcome not yet written
     "during_outcome",  # inside the outcome transaction: rolls back as a whole
     "after_outcome",  # outcome committed
+    "before_ack",  # the Celery task finished its work, the broker has not been acknowledged
 )
 
 # handler(window, run, operation_key, operation_name)

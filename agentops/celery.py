@@ -1,0 +1,138 @@
+"""The Celery app that executes runs, its sweep, and the worker embedded in the web process.
+
+Configured from the CELERY_* Django settings. Every worker runs the same two things:
+- the `agentops.advance_run` task (agentops/tasks.py), one delivery per run id;
+- the `Sweep` bootstep: on start it discovers every run that can move (startup discovery),
+  then, every AGENTOPS_SWEEP_SECONDS, it hands the workers the runs whose message was lost, whose
+  lease expired or whose retry timer is due. It runs on the worker's own timer, so there is no
+  beat process to deploy or to lose: any number of workers sweep, and since claiming is the only
+  door into `running`, a run handed over twice is advanced once.
+
+Production: `celery -A agentops worker` processes on a Redis broker, on any number of machines.
+Embedded: `manage.py serve` runs the same worker (`EmbeddedWorker`) inside the web process on
+kombu's in-memory transport, so the console, the worker and the in-memory channel layer share one
+process and nothing has to be installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import Celery, bootsteps
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+
+log = logging.getLogger(__name__)
+
+app = Celery("agentops")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+class Sweep(bootsteps.StartStopStep):
+    """Startup discovery, then the periodic sweep, on the worker's timer.
+
+    A worker-side timer rather than Celery beat: nothing extra to run or to keep single, the
+    embedded worker gets it for free, and a backlog in the task queue cannot delay it (a beat
+    schedule is itself a message waiting behind that backlog). The price is one cheap indexed
+    query per worker per interval and duplicate messages for a due run, which the claim absorbs.
+    """
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._timer_entry: Any = None
+
+    def start(self, parent: Any) -> None:
+        from django.conf import settings
+
+        from agentops.tasks import sweep
+
+        sweep(reason="worker start")
+        self._timer_entry = parent.timer.call_repeatedly(
+            float(settings.AGENTOPS_SWEEP_SECONDS), sweep
+        )
+
+    def stop(self, parent: Any) -> None:
+        if self._timer_entry is not None:
+            self._timer_entry.cancel()
+            self._timer_entry = None
+
+    terminate = stop
+
+
+app.steps["worker"].add(Sweep)
+
+
+class EmbeddedWorker:
+    """The Celery worker inside the web process (`manage.py serve` on the memory:// broker).
+
+    A plain WorkController in a thread, with a thread pool: the same task, the same sweep and the
+    same claim as a `celery worker` process. Its messages live in this process only; when the
+    process dies they are lost with it, and the next start's discovery finds their runs in the
+    database.
+    """
+
+    def __init__(self, *, concurrency: int, loglevel: str = "WARNING") -> None:
+        self.concurrency = concurrency
+        self.loglevel = loglevel
+        self.hostname = f"embedded@{socket.gethostname()}:{os.getpid()}"
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._controller: Any = None
+        self._thread = threading.Thread(target=self._run, name="agentops-worker", daemon=True)
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the worker thread and wait until it consumes (or raise why it could not)."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError(f"the embedded worker did not start within {timeout:.0f}s")
+        if self._failure is not None:
+            raise RuntimeError("the embedded worker failed to start") from self._failure
+
+    def _run(self) -> None:
+        from celery.worker import WorkController
+
+        try:
+            # Built in its own thread: the Django fixup closes the building thread's connections.
+            self._controller = WorkController(
+                app=app,
+                hostname=self.hostname,
+                pool="threads",
+                concurrency=self.concurrency,
+                loglevel=self.loglevel,
+                ready_callback=lambda consumer: self._ready.set(),
+                without_heartbeat=True,
+                without_mingle=True,
+                without_gossip=True,
+            )
+            self._controller.start()
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("embedded worker stopped")
+        finally:
+            self._ready.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Warm shutdown: let running tasks finish for up to `timeout` seconds.
+
+        A task still running after that dies with the process; its lease expires and the next
+        start recovers the run.
+        """
+        from celery.worker import state
+
+        if not self._thread.is_alive():
+            return
+        state.should_stop = 0
+        try:
+            self._thread.join(timeout)
+        finally:
+            state.should_stop = None
+
+
+__all__ = ["EmbeddedWorker", "Sweep", "app"]

@@ -1,0 +1,1 @@
+"""`manage.py serve` and the other AgentOps commands."""

@@ -1,0 +1,76 @@
+"""`manage.py serve [addr:port]`: the console over ASGI, and in the embedded setup the worker.
+
+With the embedded broker (CELERY_BROKER_URL unset, i.e. memory://) the Celery worker and its
+sweep run inside this process, on threads: the in-memory broker and the in-memory channel layer
+only reach within one process, so the console, the executor and the live updates must share it.
+With a real broker (Redis) this serves the console only; runs are executed by
+`celery -A agentops worker` processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daphne.management.commands.runserver import Command as DaphneRunserver
+from django.conf import settings
+
+from agentops.celery import EmbeddedWorker
+
+
+class Command(DaphneRunserver):
+    help = (
+        "Serve the console over ASGI (daphne). With the embedded broker (memory://), also run "
+        "the Celery worker and its sweep inside this process."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        super().add_arguments(parser)
+        # One process that stays up: the worker would be restarted with every code reload.
+        parser.set_defaults(use_reloader=False)
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            dest="use_reloader",
+            help="Restart on code changes (development).",
+        )
+        parser.add_argument(
+            "--no-worker",
+            action="store_false",
+            dest="embedded_worker",
+            help="Do not run the embedded worker, even with the memory:// broker.",
+        )
+        parser.add_argument(
+            "--worker-concurrency",
+            type=int,
+            default=None,
+            help="Task threads of the embedded worker (default AGENTOPS_EMBEDDED_CONCURRENCY).",
+        )
+
+    def inner_run(self, *args: Any, **options: Any) -> None:
+        worker = None
+        if options["embedded_worker"] and settings.EMBEDDED_BROKER:
+            worker = EmbeddedWorker(
+                concurrency=options["worker_concurrency"] or settings.AGENTOPS_EMBEDDED_CONCURRENCY
+            )
+            worker.start()
+            self.stdout.write(
+                f"Embedded worker ready: {worker.concurrency} task threads, "
+                f"sweep every {settings.AGENTOPS_SWEEP_SECONDS:g}s, "
+                f"lease {settings.AGENTOPS_LEASE_SECONDS:g}s.\n"
+            )
+        elif options["embedded_worker"]:
+            self.stdout.write(
+                "External broker configured: runs are executed by `celery -A agentops worker`.\n"
+            )
+        self.stdout.flush()
+        try:
+            super().inner_run(*args, **options)
+        finally:
+            if worker is not None:
+                worker.stop()
+
+    def get_application(self, options: dict[str, Any]) -> Any:
+        # The embedded setup is the one-command install: it serves its own static files.
+        if settings.EMBEDDED_BROKER:
+            options = {**options, "insecure_serving": True}
+        return super().get_application(options)
