@@ -266,6 +266,38 @@ def unregister(name: str, version: str, *, actor: str) -> bool:
     return True
 
 
+def unregister_many(keys: Iterable[tuple[str, str]], *, actor: str) -> list[tuple[str, str]]:
+    """Unregister every (agent, version) in `keys`, or none of them.
+
+    Each entry goes through `unregister`, all in one transaction that is rolled back whole
+    (events included) when any entry fails: DurableConflictError naming the runs of every
+    version still needed, else RegistrationError when an entry is not registered.
+    """
+    # Sorted, so two batches lock their rows in the same order and cannot deadlock.
+    batch = sorted({(str(name), str(version)) for name, version in keys})
+    if not batch:
+        raise RegistrationError("nothing was unregistered: the batch is empty")
+    conflicts: list[DurableConflictError] = []
+    problems: list[str] = []
+    with transaction.atomic():
+        for name, version in batch:
+            try:
+                if not unregister(name, version, actor=actor):
+                    problems.append(f"{name} {version} is not registered")
+            except DurableConflictError as exc:
+                conflicts.append(exc)
+        message = "nothing was unregistered: " + "; ".join(
+            [exc.message for exc in conflicts] + problems
+        )
+        if conflicts:
+            raise DurableConflictError(
+                message, run_ids=[run_id for exc in conflicts for run_id in exc.run_ids]
+            )
+        if problems:
+            raise RegistrationError(message)
+    return batch
+
+
 def registered_version(
     name: str, version: str | None = None, *, lock: bool = False
 ) -> Agent | None:
