@@ -1,0 +1,102 @@
+"""The live console's websocket: pushes fresh fragments (htmx out-of-band swaps) as events commit.
+
+A page opens a socket for what it shows (the inbox, a run, an approval, a reconciliation). The
+socket requires a logged-in user allowed to see the console (the origin is checked in
+agentops.asgi). On open, the page sends the last event id it has seen ({"after": N}); the
+consumer answers with the fragments that changed since, which is how a reconnecting page
+catches up from the event log. Bursts of events are coalesced into one render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from agentops import live
+from agentops.views.common import VIEW
+from agentops.views.fragments import LivePage, change_of, live_page, socket_request
+
+# How long to gather events before rendering: a run's burst of events becomes one push.
+COALESCE_SECONDS = 0.1
+
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """One open console page. Route kwargs: `page`, and `ident` for a run or interaction."""
+
+    page: LivePage | None = None
+
+    async def connect(self) -> None:
+        self.pending: set[str] = set()
+        self.flush_task: asyncio.Task[None] | None = None
+        # One render at a time, each reading the database after the previous one was sent, so
+        # a push never overtakes a newer one with older state.
+        self.rendering = asyncio.Lock()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close()
+            return
+        self.page = await database_sync_to_async(self._open)(user)
+        if self.page is None:
+            await self.close()
+            return
+        for group in self.page.groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        live.attach_loop(asyncio.get_running_loop())
+        await self.accept()
+
+    def _open(self, user: Any) -> LivePage | None:
+        if not user.has_perm(VIEW):
+            return None
+        kwargs = self.scope["url_route"]["kwargs"]
+        ident = kwargs.get("ident")
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        key = query.get("key", [""])[0]
+        return live_page(kwargs["page"], ident if isinstance(ident, uuid.UUID) else None, key)
+
+    async def disconnect(self, code: int) -> None:
+        if self.flush_task is not None:
+            self.flush_task.cancel()
+        if self.page is not None:
+            for group in self.page.groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """{"after": N}: the page has seen events up to N; send what changed since."""
+        if self.page is None or not isinstance(content, dict):
+            return
+        after = content.get("after")
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            return
+        changes = await database_sync_to_async(self.page.changes_after)(after)
+        if changes:
+            await self._push(changes)
+
+    async def live_event(self, message: dict[str, Any]) -> None:
+        """A committed event from agentops.live.publish: render soon, together with others."""
+        self.pending.add(change_of(str(message.get("kind", ""))))
+        if self.flush_task is None or self.flush_task.done():
+            self.flush_task = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        # Events that arrive while a push renders are sent by the next round of this loop.
+        while self.pending:
+            await asyncio.sleep(COALESCE_SECONDS)
+            changes, self.pending = frozenset(self.pending), set()
+            await self._push(changes)
+
+    async def _push(self, changes: frozenset[str]) -> None:
+        assert self.page is not None
+        async with self.rendering:
+            html = await database_sync_to_async(self._render)(changes)
+            if html:
+                await self.send(text_data=html)
+
+    def _render(self, changes: frozenset[str]) -> str:
+        assert self.page is not None
+        request = socket_request(self.scope["user"], self.scope.get("cookies", {}))
+        return self.page.render(request, changes)

@@ -1,0 +1,122 @@
+"""The console's forms: they collect and parse what a person typed.
+
+The rules (a rejection needs a reason, a result must match the tool's output schema, which
+states allow what) are the runtime's; its errors are shown on these forms.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+
+from agentops.models import RunStatus
+from agentops.selectors import AuditFilters, RunFilters
+from runtime import jsonvalues
+from runtime.errors import InvalidInput
+
+_TEXTAREA = {"rows": 4, "cols": 60}
+
+
+class ApprovalForm(forms.Form):
+    """Approve or reject a tool call; the reason is shown to the model on a rejection."""
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    reason = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs=_TEXTAREA))
+
+    def response(self) -> dict[str, Any]:
+        return {
+            "approved": self.cleaned_data["decision"] == "approve",
+            "reason": self.cleaned_data["reason"],
+        }
+
+
+class AnswerForm(forms.Form):
+    """Answer an agent's question; the answer becomes the question tool's result."""
+
+    answer = forms.CharField(strip=True, widget=forms.Textarea(attrs=_TEXTAREA))
+
+    def response(self) -> dict[str, Any]:
+        return {"answer": self.cleaned_data["answer"]}
+
+
+class ResolveForm(forms.Form):
+    """The verified result of an uncertain operation, and the evidence it was checked by."""
+
+    operation_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
+    result = forms.CharField(
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 6, "cols": 60, "spellcheck": "false"}),
+        help_text="JSON, exactly as the external system reports it.",
+    )
+    evidence = forms.CharField(
+        strip=True,
+        widget=forms.Textarea(attrs=_TEXTAREA),
+        help_text="What you checked, where: e.g. the receipt id in the payments system.",
+    )
+
+    def clean_result(self) -> Any:
+        try:
+            return jsonvalues.loads(self.cleaned_data["result"], what="result")
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs=_TEXTAREA))
+
+
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value.strip())
+    except ValueError:
+        return None
+
+
+class RunFilterForm(forms.Form):
+    """The runs list's filters; an agent or version nobody has simply matches no run."""
+
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *RunStatus.choices])
+    agent = forms.CharField(required=False, max_length=100)
+    version = forms.CharField(required=False, max_length=50)
+    session = forms.CharField(required=False, max_length=64)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+
+    def clean_session(self) -> str:
+        value = self.cleaned_data["session"]
+        if value and _uuid_or_none(value) is None:
+            raise forms.ValidationError("a session id is a UUID")
+        return value
+
+    def filters(self) -> RunFilters:
+        self.is_valid()  # an invalid field is left out of cleaned_data, and shown as an error
+        data = self.cleaned_data
+        return RunFilters(
+            status=data.get("status", ""),
+            agent=data.get("agent", ""),
+            version=data.get("version", ""),
+            session=_uuid_or_none(data.get("session", "")),
+            q=data.get("q", ""),
+        )
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(required=False, max_length=150)
+    kind = forms.CharField(required=False, max_length=50)
+    run = forms.CharField(required=False, max_length=64)
+
+    def clean_run(self) -> str:
+        value = self.cleaned_data["run"]
+        if value and _uuid_or_none(value) is None:
+            raise forms.ValidationError("a run id is a UUID")
+        return value
+
+    def filters(self) -> AuditFilters:
+        self.is_valid()
+        data = self.cleaned_data
+        return AuditFilters(
+            actor=data.get("actor", ""),
+            kind=data.get("kind", ""),
+            run=_uuid_or_none(data.get("run", "")),
+        )

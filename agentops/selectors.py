@@ -1,0 +1,456 @@
+"""Read-side queries for the console: each function returns what one page or fragment shows.
+
+Every list is built with a fixed number of queries, whatever its length (no N+1), and pages
+use keyset pagination on indexed columns, so they stay fast with 100,000 runs: nothing counts
+every row of a table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+
+from agentops.models import (
+    UNFINISHED_STATUSES,
+    AttentionReason,
+    Event,
+    Interaction,
+    InteractionKind,
+    InteractionStatus,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    Run,
+    RunStatus,
+)
+from runtime import control, registry
+from runtime.agents import Tool
+from runtime.transcript import run_messages
+
+PAGE_SIZE = 50
+# The inbox lists at most this many items per queue (the count says how many there are).
+QUEUE_LIMIT = 50
+# Statuses counted on the inbox: what is in flight or needs a person, and failures. Completed
+# and cancelled runs grow without bound and need nobody; the runs list shows them.
+COUNTED_STATUSES = (
+    RunStatus.WAITING,
+    RunStatus.NEEDS_ATTENTION,
+    RunStatus.RETRY_WAIT,
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.FAILED,
+)
+RUNTIME = "runtime"
+# Kinds an operator's action records, offered as suggestions in the audit log's filter.
+OPERATOR_KINDS = (
+    "submitted",
+    "approval_granted",
+    "approval_rejected",
+    "question_answered",
+    "operation_resolved",
+    "retried",
+    "retried_now",
+    "cancelled",
+    "agent_registered",
+    "agent_unregistered",
+)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_HEXISH = re.compile(r"^[0-9a-f-]{6,36}$")
+
+
+def last_event_id() -> int:
+    """The newest event id: a page rendered now has seen everything up to it."""
+    return Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+# --- inbox ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Queue:
+    """One inbox queue: its first items (oldest first) and how many there are in all."""
+
+    items: list[Any]
+    total: int
+
+    @property
+    def more(self) -> int:
+        return max(0, self.total - len(self.items))
+
+
+def _max_attempts(run: Run) -> int | None:
+    agent = registry.code_agent(run.agent, run.version)
+    return agent.model_retry.max_attempts if agent and agent.model_retry else None
+
+
+def inbox() -> dict[str, Any]:
+    """What needs a person now: approvals, questions, blocked runs and retry waits."""
+    counts = dict(
+        Run.objects.filter(status__in=COUNTED_STATUSES)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
+    pending_counts = dict(
+        Interaction.objects.filter(status=InteractionStatus.PENDING)
+        .order_by()
+        .values_list("kind")
+        .annotate(n=Count("pk"))
+    )
+    pending = Interaction.objects.filter(status=InteractionStatus.PENDING).select_related(
+        "run", "run__session"
+    )
+    approvals = list(
+        pending.filter(kind=InteractionKind.TOOL_APPROVAL).order_by("created_at", "pk")[
+            :QUEUE_LIMIT
+        ]
+    )
+    questions = list(
+        pending.filter(kind=InteractionKind.QUESTION).order_by("created_at", "pk")[:QUEUE_LIMIT]
+    )
+    # updated_at is when the run stopped: nothing touches a blocked run until a person acts.
+    attention = list(
+        Run.objects.filter(status=RunStatus.NEEDS_ATTENTION)
+        .select_related("session")
+        .order_by("updated_at", "pk")[:QUEUE_LIMIT]
+    )
+    retries = list(
+        Run.objects.filter(status=RunStatus.RETRY_WAIT)
+        .select_related("session")
+        .annotate(
+            attempt=Subquery(
+                Operation.objects.filter(
+                    run=OuterRef("pk"), kind=OperationKind.MODEL, status=OperationStatus.FAILED
+                )
+                .order_by("-intent_at")
+                .values("attempts")[:1]
+            )
+        )
+        .order_by("next_attempt_at", "pk")[:QUEUE_LIMIT]
+    )
+    for run in retries:
+        run.max_attempts = _max_attempts(run)  # type: ignore[attr-defined]
+    status_counts = [(status, counts.get(status, 0)) for status in COUNTED_STATUSES]
+    return {
+        "status_counts": status_counts,
+        "approvals": Queue(approvals, pending_counts.get(InteractionKind.TOOL_APPROVAL, 0)),
+        "questions": Queue(questions, pending_counts.get(InteractionKind.QUESTION, 0)),
+        "attention": Queue(attention, counts.get(RunStatus.NEEDS_ATTENTION, 0)),
+        "retries": Queue(retries, counts.get(RunStatus.RETRY_WAIT, 0)),
+    }
+
+
+# --- runs list -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    status: str = ""
+    agent: str = ""
+    version: str = ""
+    session: uuid.UUID | None = None
+    q: str = ""
+
+
+@dataclass
+class Page:
+    """One page of a keyset-paginated list, with the cursors of its neighbours."""
+
+    rows: list[Any]
+    older: str | None = None
+    newer: str | None = None
+    filters: dict[str, Any] = field(default_factory=dict)
+
+
+def run_cursor(run: Run) -> str:
+    micros = (run.created_at - _EPOCH) // dt.timedelta(microseconds=1)
+    return f"{micros}.{run.pk.hex}"
+
+
+def parse_run_cursor(value: str) -> tuple[dt.datetime, uuid.UUID] | None:
+    """A cursor from a URL, or None if it is malformed (the list then starts at the top)."""
+    micros, _, pk = value.partition(".")
+    try:
+        return _EPOCH + dt.timedelta(microseconds=int(micros)), uuid.UUID(hex=pk)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _search(q: str) -> Q:
+    """Run id (or an operation id, which starts with it), session, message or tool arguments."""
+    ident = q.split(":", 1)[0].strip().lower()
+    try:
+        exact = uuid.UUID(ident)
+    except ValueError:
+        pass
+    else:
+        # A whole id finds its run or session by primary key, through the index.
+        return Q(pk=exact) | Q(session_id=exact)
+    text = Q(session__title__icontains=q) | Q(input__icontains=q)
+    # Uncorrelated subqueries: each table is scanned once (a hashed subplan), not once per run.
+    text |= Q(
+        pk__in=Operation.objects.filter(
+            kind=OperationKind.TOOL, input__arguments__icontains=q
+        ).values("run_id")
+    )
+    # A pending approval has no operation yet: its arguments are in the interaction.
+    text |= Q(pk__in=Interaction.objects.filter(payload__icontains=q).values("run_id"))
+    if _HEXISH.match(ident):
+        prefix = ident.replace("-", "")
+        text |= Q(pk__startswith=prefix) | Q(session__id__startswith=prefix)
+    return text
+
+
+def filtered_runs(filters: RunFilters) -> QuerySet[Run]:
+    runs = Run.objects.select_related("session")
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.agent:
+        runs = runs.filter(agent=filters.agent)
+    if filters.version:
+        runs = runs.filter(version=filters.version)
+    if filters.session:
+        runs = runs.filter(session_id=filters.session)
+    if filters.q:
+        runs = runs.filter(_search(filters.q))
+    return runs
+
+
+def _before(at: dt.datetime, pk: uuid.UUID) -> Q:
+    # The plain range first, so both databases scan the created_at index from the cursor on;
+    # the OR only settles ties within one timestamp.
+    return Q(created_at__lte=at) & (Q(created_at__lt=at) | Q(pk__lt=pk))
+
+
+def _after(at: dt.datetime, pk: uuid.UUID) -> Q:
+    return Q(created_at__gte=at) & (Q(created_at__gt=at) | Q(pk__gt=pk))
+
+
+def runs_page(filters: RunFilters, *, before: str = "", after: str = "") -> Page:
+    """Newest first, PAGE_SIZE at a time; `before`/`after` are cursors of neighbouring rows."""
+    runs = filtered_runs(filters)
+    newest_first = ("-created_at", "-pk")
+    older_cursor = parse_run_cursor(before) if before else None
+    newer_cursor = parse_run_cursor(after) if after and not older_cursor else None
+    if newer_cursor:
+        at, pk = newer_cursor
+        rows = list(runs.filter(_after(at, pk)).order_by("created_at", "pk")[: PAGE_SIZE + 1])
+        has_newer = len(rows) > PAGE_SIZE
+        rows = list(reversed(rows[:PAGE_SIZE]))
+        has_older = True
+    else:
+        if older_cursor:
+            at, pk = older_cursor
+            runs = runs.filter(_before(at, pk))
+        rows = list(runs.order_by(*newest_first)[: PAGE_SIZE + 1])
+        has_older = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        has_newer = older_cursor is not None
+    return Page(
+        rows=rows,
+        older=run_cursor(rows[-1]) if rows and has_older else None,
+        newer=run_cursor(rows[0]) if rows and has_newer else None,
+    )
+
+
+def filter_choices() -> dict[str, Any]:
+    """Agents and versions for the runs filters: from code and registrations, not from runs."""
+    known = registry.known_versions()
+    return {
+        "statuses": RunStatus.choices,
+        "agents": sorted({agent for agent, _ in known}),
+        "versions": sorted({version for _, version in known}),
+    }
+
+
+# --- run detail ----------------------------------------------------------------------------------
+
+
+def _last_words(operations: dict[str, Operation], key: str) -> str:
+    """What the model wrote in the response that made the call `key` (step-N/tool/…)."""
+    model = operations.get(key.split("/", 1)[0] + "/model")
+    if model is None or not isinstance(model.result, dict):
+        return ""
+    return "".join(
+        block.get("text", "")
+        for block in model.result.get("content", [])
+        if isinstance(block, dict) and block.get("type") == "text"
+    ).strip()
+
+
+def code_tool(run: Run, name: str) -> Tool | None:
+    agent = registry.code_agent(run.agent, run.version)
+    return agent.tool_named(name) if agent else None
+
+
+def run_detail(run: Run) -> dict[str, Any]:
+    """Everything the run page shows: header, actions, timeline, transcript, operations."""
+    events = list(run.events.order_by("id"))
+    operations = list(run.operations.order_by("intent_at", "pk"))
+    pending = None
+    if run.status == RunStatus.WAITING:
+        pending = run.interactions.filter(status=InteractionStatus.PENDING).first()
+    retry_problem = None
+    can_retry = False
+    if run.status in (RunStatus.FAILED, RunStatus.NEEDS_ATTENTION, RunStatus.RETRY_WAIT):
+        retry_problem = control.retry_problem(run)
+        can_retry = retry_problem is None
+    by_key = {op.key: op for op in operations}
+    blocked = (
+        by_key.get(run.blocked_operation)
+        if run.attention_reason == AttentionReason.UNCERTAIN_OPERATION
+        else None
+    )
+    attempt = None
+    if run.status == RunStatus.RETRY_WAIT:
+        failed = [
+            op
+            for op in operations
+            if op.kind == OperationKind.MODEL and op.status == OperationStatus.FAILED
+        ]
+        attempt = failed[-1].attempts if failed else None
+    return {
+        "run": run,
+        "events": events,
+        "operations": operations,
+        "transcript": run_messages(run, operations),
+        "pending": pending,
+        "blocked": blocked,
+        "can_retry": can_retry,
+        "retry_problem": retry_problem,
+        "unfinished": run.status in UNFINISHED_STATUSES,
+        "attempt": attempt,
+        "max_attempts": _max_attempts(run),
+    }
+
+
+# --- interactions --------------------------------------------------------------------------------
+
+
+def interaction_detail(interaction: Interaction) -> dict[str, Any]:
+    """An approval or question with its context: the agent's last words and the transcript."""
+    run = interaction.run
+    operations = list(run.operations.order_by("intent_at", "pk"))
+    by_key = {op.key: op for op in operations}
+    tool = code_tool(run, interaction.tool_name)
+    return {
+        "interaction": interaction,
+        "run": run,
+        "last_words": _last_words(by_key, interaction.operation_key),
+        "tool_description": tool.description if tool else "",
+        "transcript": run_messages(run, operations),
+        "is_approval": interaction.kind == InteractionKind.TOOL_APPROVAL,
+    }
+
+
+# --- reconcile -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Lookup:
+    """What the external system reported for an operation id, if the tool can ask it."""
+
+    available: bool
+    found: dict[str, Any] | None = None
+    error: str = ""
+
+
+def _look_up(tool: Tool | None, operation_id: str) -> Lookup:
+    if tool is None or tool.lookup is None:
+        return Lookup(available=False)
+    try:
+        return Lookup(available=True, found=tool.look_up(operation_id))
+    except Exception as exc:  # the external system's failure is shown, not raised
+        return Lookup(available=True, error=f"{type(exc).__name__}: {exc}")
+
+
+def _schema_fields(tool: Tool | None) -> list[dict[str, Any]]:
+    if tool is None:
+        return []
+    schema = tool.output_model.model_json_schema()
+    required = set(schema.get("required", []))
+    return [
+        {
+            "name": name,
+            "type": spec.get("type", "value"),
+            "required": name in required,
+            "description": spec.get("description", ""),
+        }
+        for name, spec in schema.get("properties", {}).items()
+    ]
+
+
+def reconcile_detail(run: Run, key: str = "") -> dict[str, Any]:
+    """The operation a run is blocked on (or was: `key`), what the external system says of it,
+    and, once it is no longer blocked, how it was settled."""
+    key = key or run.blocked_operation
+    op = Operation.objects.filter(run=run, key=key).first() if key else None
+    blocked = (
+        op is not None
+        and run.status == RunStatus.NEEDS_ATTENTION
+        and run.attention_reason == AttentionReason.UNCERTAIN_OPERATION
+        and run.blocked_operation == op.key
+    )
+    tool = code_tool(run, op.name) if op else None
+    settled = None
+    if op is not None and not blocked:
+        settled = (
+            Event.objects.filter(run=run, kind="operation_resolved", operation_key=op.key)
+            .order_by("-id")
+            .first()
+        )
+    return {
+        "run": run,
+        "op": op,
+        "blocked": blocked,
+        "tool": tool,
+        "code_missing": op is not None and tool is None,
+        "lookup": _look_up(tool, op.operation_id) if blocked and op else Lookup(False),
+        "schema_fields": _schema_fields(tool),
+        "settled": settled,
+    }
+
+
+# --- audit log -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    actor: str = ""
+    kind: str = ""
+    run: uuid.UUID | None = None
+
+
+def audit_page(
+    filters: AuditFilters, *, before: int | None = None, after: int | None = None
+) -> Page:
+    """Operator actions (every event not written by the runtime), newest first, by id."""
+    events = Event.objects.exclude(actor=RUNTIME)
+    if filters.actor:
+        events = events.filter(actor=filters.actor)
+    if filters.kind:
+        events = events.filter(kind=filters.kind)
+    if filters.run:
+        events = events.filter(run_id=filters.run)
+    if after is not None and before is None:
+        rows = list(events.filter(pk__gt=after).order_by("pk")[: PAGE_SIZE + 1])
+        has_newer = len(rows) > PAGE_SIZE
+        rows = list(reversed(rows[:PAGE_SIZE]))
+        has_older = True
+    else:
+        if before is not None:
+            events = events.filter(pk__lt=before)
+        rows = list(events.order_by("-pk")[: PAGE_SIZE + 1])
+        has_older = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        has_newer = before is not None
+    return Page(
+        rows=rows,
+        older=str(rows[-1].pk) if rows and has_older else None,
+        newer=str(rows[0].pk) if rows and has_newer else None,
+    )

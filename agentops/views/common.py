@@ -1,0 +1,82 @@
+"""What every console view shares: the decorators, the error statuses and the two replies.
+
+A view's shape: decorator -> fetch and authorize -> form -> one runtime call -> the affected
+fragment (htmx) or a redirect (plain POST); on an error, the same page or fragment again with
+the runtime's message and a 4xx status, and nothing changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from django.contrib.auth.decorators import login_required, permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST, require_safe
+
+from agentops import selectors
+from runtime.errors import AgentOpsError, InvalidInput, NotFound
+
+VIEW = "agentops.view_run"
+RESPOND = "agentops.respond_run"
+RESOLVE = "agentops.resolve_run"
+CONTROL = "agentops.control_run"
+
+V = TypeVar("V", bound=Callable[..., HttpResponse])
+
+
+def page(view: V) -> V:
+    """A page: login, then the permission to see the console (403 without it)."""
+    return login_required(require_safe(permission_required(VIEW, raise_exception=True)(view)))  # type: ignore[return-value]
+
+
+def action(permission: str) -> Callable[[V], V]:
+    """A POST-only action: login, then `permission` (403 without it)."""
+
+    def decorate(view: V) -> V:
+        guarded = permission_required(permission, raise_exception=True)(view)
+        return login_required(require_POST(guarded))  # type: ignore[return-value]
+
+    return decorate
+
+
+def error_status(exc: AgentOpsError) -> int:
+    """400 for invalid input, 404 for unknown ids, 409 for everything the state refuses."""
+    if isinstance(exc, InvalidInput):
+        return 400
+    if isinstance(exc, NotFound):
+        return 404
+    return 409
+
+
+def actor(request: HttpRequest) -> str:
+    return request.user.get_username()
+
+
+def live(path: str) -> dict[str, Any]:
+    """What a live page needs: its websocket path and the event it has seen (read first, so
+    that anything committed while the page renders is replayed when the socket opens)."""
+    return {"live_url": path, "cursor": selectors.last_event_id()}
+
+
+def reply(
+    request: HttpRequest,
+    *,
+    page_template: str,
+    fragment: str,
+    context: dict[str, Any],
+    oob: Iterable[str] = (),
+    status: int = 200,
+) -> HttpResponse:
+    """The fragment (and `oob` fragments, swapped out of band) for htmx, else the whole page."""
+    if request.htmx:
+        html = render_to_string(fragment, context, request)
+        html += "".join(render_to_string(name, {**context, "oob": True}, request) for name in oob)
+        response = HttpResponse(html, status=status)
+    else:
+        response = render(request, page_template, context, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response

@@ -1,0 +1,65 @@
+"""Retry (or retry now) and cancel a run; both answer with the run's header."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+
+from agentops import selectors
+from agentops.forms import CancelForm
+from agentops.models import Run, RunStatus
+from agentops.views.common import CONTROL, action, actor, error_status, live, reply
+from agentops.views.fragments import RUN_BODY, RUN_HEADER
+from runtime import control
+from runtime.errors import AgentOpsError
+
+
+def _reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:
+    run.refresh_from_db()
+    context = live(f"/ws/runs/{run.pk}/")
+    context.update(selectors.run_detail(run), **extra)
+    return reply(
+        request,
+        page_template="agentops/run.html",
+        fragment=RUN_HEADER,
+        oob=RUN_BODY,
+        context=context,
+        status=status,
+    )
+
+
+@action(CONTROL)
+def retry(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
+    now = run.status == RunStatus.RETRY_WAIT
+    try:
+        control.retry(run.pk, actor=actor(request))
+    except AgentOpsError as exc:
+        return _reply(request, run, status=error_status(exc), action_error=exc.message)
+    notice = "Retrying now." if now else "Queued for another attempt."
+    if not request.htmx:
+        messages.success(request, notice)
+        return redirect("console:run", run_id=run.pk)
+    return _reply(request, run, status=200, notice=notice)
+
+
+@action(CONTROL)
+def cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        return _reply(request, run, status=400, cancel_form=form)
+    try:
+        control.cancel(run.pk, actor=actor(request), reason=form.cleaned_data["reason"])
+    except AgentOpsError as exc:
+        return _reply(
+            request, run, status=error_status(exc), action_error=exc.message, cancel_form=form
+        )
+    if not request.htmx:
+        messages.success(request, "Cancelled.")
+        return redirect("console:run", run_id=run.pk)
+    return _reply(request, run, status=200, notice="Cancelled.")

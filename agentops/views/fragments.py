@@ -1,0 +1,151 @@
+"""The fragments that update in place, and which live page shows which.
+
+Each fragment is one template with one stable DOM id. The page includes it, an htmx action
+returns it, and the websocket consumer pushes it, always rendered from the same selector, so a
+pushed fragment equals what a fresh GET renders.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from agentops import live, selectors
+from agentops.models import Event, Interaction, Run
+
+INBOX = "agentops/partials/inbox.html"
+RUNS_TABLE = "agentops/partials/runs_table.html"
+RUN_HEADER = "agentops/partials/run_header.html"
+RUN_TRANSCRIPT = "agentops/partials/run_transcript.html"
+RUN_OPERATIONS = "agentops/partials/run_operations.html"
+RUN_TIMELINE = "agentops/partials/run_timeline.html"
+INTERACTION = "agentops/partials/interaction.html"
+RECONCILE = "agentops/partials/reconcile.html"
+AUDIT_TABLE = "agentops/partials/audit_table.html"
+
+# What an event changes on a page: "progress" (a call's intent or outcome: the timeline,
+# operations and transcript) or "status" (anything else: the run's state and its actions).
+PROGRESS = "progress"
+STATUS = "status"
+
+# The run page's fragments besides the header, re-rendered on every event of the run.
+RUN_BODY = (RUN_TRANSCRIPT, RUN_OPERATIONS, RUN_TIMELINE)
+
+
+def change_of(kind: str) -> str:
+    return PROGRESS if kind in live.PROGRESS_KINDS else STATUS
+
+
+Renderer = Callable[[HttpRequest, frozenset[str]], list[str]]
+
+
+@dataclass(frozen=True)
+class LivePage:
+    """An open page: the groups it listens to and how to render what changed on it."""
+
+    groups: tuple[str, ...]
+    # The run whose events concern the page, or None for every run's (the inbox).
+    run_id: uuid.UUID | None
+    renderer: Renderer
+
+    def changes_after(self, after: int) -> frozenset[str]:
+        """What changed since event `after`: the catch-up of a page that (re)connects."""
+        events = Event.objects.filter(pk__gt=after)
+        events = (
+            events.filter(run_id=self.run_id) if self.run_id else events.filter(run__isnull=False)
+        )
+        if events.exclude(kind__in=live.PROGRESS_KINDS).exists():
+            return frozenset({STATUS, PROGRESS})
+        return frozenset({PROGRESS}) if events.exists() else frozenset()
+
+    def render(self, request: HttpRequest, changes: Iterable[str]) -> str:
+        """The websocket message for `changes`: the cursor, then each affected fragment.
+
+        The cursor is read first, so that an event committed while rendering is sent again.
+        """
+        cursor = selectors.last_event_id()
+        parts = self.renderer(request, frozenset(changes))
+        if not parts:
+            return ""
+        head = format_html('<span id="live-cursor" data-event="{}" hidden></span>', cursor)
+        return "\n".join([head, *parts])
+
+
+def _render(names: Iterable[str], context: dict[str, Any], request: HttpRequest) -> list[str]:
+    return [render_to_string(name, context, request).strip() for name in names]
+
+
+def _inbox(request: HttpRequest, changes: frozenset[str]) -> list[str]:
+    return _render([INBOX], selectors.inbox(), request) if STATUS in changes else []
+
+
+def _run(run_id: uuid.UUID) -> Renderer:
+    def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
+        run = Run.objects.select_related("session").filter(pk=run_id).first()
+        if run is None or not changes:
+            return []
+        names = ([RUN_HEADER] if STATUS in changes else []) + list(RUN_BODY)
+        return _render(names, selectors.run_detail(run), request)
+
+    return render
+
+
+def _interaction(interaction_id: uuid.UUID) -> Renderer:
+    def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
+        interaction = (
+            Interaction.objects.select_related("run", "run__session")
+            .filter(pk=interaction_id)
+            .first()
+        )
+        if interaction is None or STATUS not in changes:
+            return []
+        return _render([INTERACTION], selectors.interaction_detail(interaction), request)
+
+    return render
+
+
+def _reconcile(run_id: uuid.UUID, key: str) -> Renderer:
+    def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
+        run = Run.objects.select_related("session").filter(pk=run_id).first()
+        if run is None or STATUS not in changes:
+            return []
+        return _render([RECONCILE], selectors.reconcile_detail(run, key), request)
+
+    return render
+
+
+def live_page(name: str, ident: uuid.UUID | None, key: str = "") -> LivePage | None:
+    """The live page `name` for object `ident`, or None if that object does not exist."""
+    if name == "inbox":
+        return LivePage((live.INBOX_GROUP,), None, _inbox)
+    if ident is None:
+        return None
+    if name == "run" and Run.objects.filter(pk=ident).exists():
+        return LivePage((live.run_group(ident),), ident, _run(ident))
+    if name == "reconcile" and Run.objects.filter(pk=ident).exists():
+        return LivePage((live.run_group(ident),), ident, _reconcile(ident, key))
+    if name == "interaction":
+        run_id = Interaction.objects.filter(pk=ident).values_list("run_id", flat=True).first()
+        if run_id is not None:
+            return LivePage((live.run_group(run_id),), run_id, _interaction(ident))
+    return None
+
+
+def socket_request(user: AbstractBaseUser | AnonymousUser, cookies: dict[str, str]) -> HttpRequest:
+    """A request to render fragments for a websocket's user, with the CSRF secret of the
+    browser's cookie, so that the forms in pushed fragments post like the page's own."""
+    request = HttpRequest()
+    request.method = "GET"
+    request.user = user
+    request.COOKIES = dict(cookies)
+    CsrfViewMiddleware(lambda _: HttpResponse()).process_request(request)
+    return request

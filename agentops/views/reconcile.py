@@ -1,0 +1,67 @@
+"""Reconcile an uncertain operation: confirm what the external system reports, with evidence."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from agentops import selectors
+from agentops.forms import ResolveForm
+from agentops.models import Run
+from agentops.views.common import RESOLVE, action, actor, error_status, live, page, reply
+from agentops.views.fragments import RECONCILE
+from runtime import control
+from runtime.errors import AgentOpsError
+
+
+def _context(run: Run, key: str, **extra: Any) -> dict[str, Any]:
+    context = live(f"/ws/runs/{run.pk}/reconcile/?{urlencode({'key': key})}")
+    context.update(selectors.reconcile_detail(run, key), **extra)
+    return context
+
+
+@page
+def reconcile(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
+    key = request.GET.get("key", "") or run.blocked_operation
+    return render(request, "agentops/reconcile.html", _context(run, key))
+
+
+@action(RESOLVE)
+def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
+    form = ResolveForm(request.POST)
+    status, notice = 400, ""
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            op = control.resolve(
+                run.pk,
+                data["operation_key"],
+                data["result"],
+                evidence=data["evidence"],
+                actor=actor(request),
+            )
+        except AgentOpsError as exc:
+            form.add_error(None, exc.message)
+            status = error_status(exc)
+        else:
+            status, notice = 200, f"Reconciled {op.name} with your evidence: the run continues."
+            if not request.htmx:
+                messages.success(request, notice)
+                return redirect(reverse("console:run", args=[run.pk]))
+    run.refresh_from_db()
+    key = form.data.get("operation_key", "") or run.blocked_operation
+    return reply(
+        request,
+        page_template="agentops/reconcile.html",
+        fragment=RECONCILE,
+        context=_context(run, str(key), form=form, notice=notice),
+        status=status,
+    )

@@ -1,0 +1,39 @@
+"""The runs list (filters, search, keyset pages) and the run page."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from agentops import selectors
+from agentops.forms import RunFilterForm
+from agentops.models import Run
+from agentops.views.common import live, page, reply
+from agentops.views.fragments import RUNS_TABLE
+
+
+@page
+def runs(request: HttpRequest) -> HttpResponse:
+    form = RunFilterForm(request.GET)
+    filters = form.filters()
+    rows = selectors.runs_page(
+        filters, before=request.GET.get("before", ""), after=request.GET.get("after", "")
+    )
+    context = {"form": form, "page": rows, **selectors.filter_choices()}
+    return reply(
+        request,
+        page_template="agentops/runs.html",
+        fragment=RUNS_TABLE,
+        context=context,
+        status=400 if form.errors else 200,
+    )
+
+
+@page
+def run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    found = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
+    context = live(f"/ws/runs/{found.pk}/")
+    context.update(selectors.run_detail(found))
+    return render(request, "agentops/run.html", context)

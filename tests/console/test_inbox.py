@@ -1,0 +1,96 @@
+"""The inbox: every queue, oldest first, counts, and a fixed number of queries."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agentops.models import Event
+from runtime import respond
+from tests.console.conftest import World
+
+# session, user, the user's and the groups' permissions; then the cursor, status counts,
+# pending counts, approvals, questions, blocked runs and retry waits.
+INBOX_QUERIES = 11
+
+
+def test_it_lists_every_kind_of_work_waiting_for_a_person(world, as_user):
+    waiting = world.run("waiting")
+    question = world.run("question")
+    blocked = world.run("blocked")
+    retrying = world.run("retry_wait")
+    world.run("completed")
+    html = as_user("viewer").get("/").content.decode()
+    assert f'href="/interactions/{world.pending(waiting).pk}/"' in html
+    assert f'href="/interactions/{world.pending(question).pk}/"' in html
+    assert "Which order do you mean?" in html
+    assert f'href="/runs/{blocked.pk}/reconcile/"' in html
+    assert f"{blocked.pk}:step-1/tool/toolu_01_0" in html  # the operation id to look up
+    assert "Uncertain operation" in html
+    assert f'href="/runs/{retrying.pk}/"' in html
+    assert "1 of 3" in html  # the attempt count
+    assert "provider overloaded" in html
+    assert "data-countdown" in html  # ticks client-side from next_attempt_at
+    assert "data-age" in html  # the age of the oldest item in each queue
+
+
+def test_it_counts_runs_by_status(world, as_user):
+    world.run("waiting")
+    world.run("waiting")
+    world.run("failed")
+    html = as_user("viewer").get("/").content.decode()
+    counts = {
+        status: int(n)
+        for n, status in re.findall(r'<span class="n">(\d+)</span> ([a-z ]+)</a>', html)
+    }
+    assert counts == {
+        "waiting": 2,
+        "needs attention": 0,
+        "retry wait": 0,
+        "queued": 0,
+        "running": 0,
+        "failed": 1,
+    }
+
+
+def test_it_lists_the_oldest_first(world, as_user):
+    first = world.pending(world.run("waiting"))
+    second = world.pending(world.run("waiting"))
+    html = as_user("viewer").get("/").content.decode()
+    assert html.index(f"/interactions/{first.pk}/") < html.index(f"/interactions/{second.pk}/")
+
+
+def test_it_drops_answered_work(world, as_user):
+    interaction = world.pending(world.run("waiting"))
+    respond(interaction.pk, {"approved": True}, actor="bob")
+    html = as_user("viewer").get("/").content.decode()
+    assert f"/interactions/{interaction.pk}/" not in html
+    assert "No tool call is waiting for approval." in html
+
+
+def test_it_opens_a_live_socket_with_the_last_event_it_has_seen(world, as_user):
+    world.run("waiting")
+    last = Event.objects.order_by("-id").first()
+    html = as_user("viewer").get("/").content.decode()
+    assert 'ws-connect="/ws/inbox/"' in html
+    assert f'<span id="live-cursor" data-event="{last.pk}" hidden></span>' in html
+
+
+def fill(world: World, n: int) -> None:
+    for _ in range(n):
+        world.run("waiting")
+        world.run("question")
+        world.run("blocked")
+        world.run("retry_wait")
+
+
+@pytest.mark.parametrize("n", [3, 30])
+def test_it_builds_the_inbox_with_a_fixed_number_of_queries(
+    world, as_user, django_assert_num_queries, n
+):
+    fill(world, n)
+    client = as_user("operator")
+    with django_assert_num_queries(INBOX_QUERIES):
+        html = client.get("/").content.decode()
+    assert html.count('class="button small"') == 4 * n

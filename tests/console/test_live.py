@@ -1,0 +1,339 @@
+"""The live console over websockets: pushes equal a fresh GET, catch-up, login and origin."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agentops import live
+from agentops.asgi import application
+from agentops.consumers import LiveConsumer
+from agentops.models import Event
+from runtime import cancel, respond, retry
+from tests.console.conftest import without_csrf
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+@pytest.fixture(autouse=True)
+def _publish(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real hook: committed events go to agentops.live.publish, as in production."""
+    settings.AGENTOPS_PUBLISH = "agentops.live.publish"
+    async_to_sync(get_channel_layer().flush)()
+    # The consumer's database calls run in this thread, inside the test's transaction; Channels
+    # closes "old" connections around each of them, which on PostgreSQL would close that one.
+    monkeypatch.setattr("channels.db.close_old_connections", lambda: None)
+
+
+def headers(client: Client, origin: tuple[bytes, bytes] = ORIGIN) -> list[tuple[bytes, bytes]]:
+    cookie = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+    return [origin, (b"cookie", cookie.encode())]
+
+
+def socket(path: str, client: Client | None = None, **kwargs: Any) -> WebsocketCommunicator:
+    return WebsocketCommunicator(
+        application, path, headers(client, **kwargs) if client else [ORIGIN]
+    )
+
+
+def fragments(message: str) -> dict[str, str]:
+    """A pushed message's top-level elements, by DOM id."""
+    parts = re.split(r"\n(?=<(?:section|div|span) id=\")", message)
+    return {re.match(r'<\w+ id="([^"]+)"', part).group(1): part for part in parts}
+
+
+def in_sync(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one async scenario; its database calls run in this thread, in the test transaction."""
+    return async_to_sync(scenario)()
+
+
+def acting(capture: Any, action: Callable[[], Any]) -> Callable[[], Any]:
+    """`action` with its after-commit hooks run, as a real commit would run them."""
+
+    def run() -> Any:
+        with capture(execute=True):
+            return action()
+
+    return database_sync_to_async(run)
+
+
+def test_it_pushes_the_run_fragments_a_fresh_get_renders(
+    world, as_user, django_capture_on_commit_callbacks
+):
+    run = world.run("waiting")
+    interaction = world.pending(run)
+    client = as_user("operator")
+    client.get(f"/runs/{run.pk}/")  # the page the socket belongs to (and its CSRF cookie)
+
+    async def scenario() -> str:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await acting(
+            django_capture_on_commit_callbacks,
+            lambda: respond(interaction.pk, {"approved": True}, actor="bob"),
+        )()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    page = without_csrf(client.get(f"/runs/{run.pk}/").content.decode())
+    assert set(pushed) == {
+        "live-cursor",
+        "run-header",
+        "run-transcript",
+        "run-operations",
+        "run-timeline",
+    }
+    for dom_id, html in pushed.items():
+        if dom_id != "live-cursor":
+            assert without_csrf(html) in page, dom_id
+    assert "Approved" in pushed["run-timeline"]
+    assert 'status-queued">queued' in pushed["run-header"]
+    last = Event.objects.order_by("-id").first()
+    assert pushed["live-cursor"] == f'<span id="live-cursor" data-event="{last.pk}" hidden></span>'
+
+
+def test_it_pushes_a_new_approval_to_the_inbox(world, as_user, django_capture_on_commit_callbacks):
+    client = as_user("viewer")
+    client.get("/")
+    made: list[Any] = []
+
+    async def scenario() -> str:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await acting(
+            django_capture_on_commit_callbacks, lambda: made.append(world.run("waiting"))
+        )()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    interaction = world.pending(made[0])
+    assert f"/interactions/{interaction.pk}/" in pushed["inbox"]
+    assert without_csrf(pushed["inbox"]) in without_csrf(client.get("/").content.decode())
+
+
+def test_it_coalesces_a_burst_of_events_into_one_push(
+    world, as_user, django_capture_on_commit_callbacks
+):
+    client = as_user("viewer")
+    client.get("/")
+
+    async def scenario() -> tuple[str, bool]:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        # submit, claim, intents, outcomes, approval requested: one burst, one render
+        await acting(django_capture_on_commit_callbacks, lambda: world.run("waiting"))()
+        first = await ws.receive_from(timeout=3)
+        more = not await ws.receive_nothing(timeout=0.5)
+        await ws.disconnect()
+        return first, more
+
+    first, more = in_sync(scenario)
+    assert 'id="inbox"' in first
+    assert not more
+
+
+def test_it_shows_the_second_operator_the_answer_live(
+    world, as_user, django_capture_on_commit_callbacks
+):
+    run = world.run("waiting")
+    interaction = world.pending(run)
+    client = as_user("approver")
+    page = client.get(f"/interactions/{interaction.pk}/").content.decode()
+    assert 'ws-connect="/ws/interactions/' in page
+
+    async def scenario() -> str:
+        ws = socket(f"/ws/interactions/{interaction.pk}/", client)
+        assert (await ws.connect())[0]
+        await acting(
+            django_capture_on_commit_callbacks,
+            lambda: respond(interaction.pk, {"approved": False, "reason": "no"}, actor="bob"),
+        )()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    html = pushed[f"interaction-{interaction.pk}"]
+    assert 'by <strong class="actor">bob</strong>' in html
+    assert "Reason: no" in html
+    assert "<form" not in html
+    fresh = without_csrf(client.get(f"/interactions/{interaction.pk}/").content.decode())
+    assert without_csrf(html) in fresh
+
+
+def test_it_pushes_the_reconcile_page_when_someone_else_settles_it(
+    world, as_user, django_capture_on_commit_callbacks
+):
+    run = world.run("blocked")
+    client = as_user("reconciler")
+    page = client.get(f"/runs/{run.pk}/reconcile/").content.decode()
+    key = run.blocked_operation
+    assert f'ws-connect="/ws/runs/{run.pk}/reconcile/?key=step-1%2Ftool%2Ftoolu_01_0"' in page
+
+    async def scenario() -> str:
+        ws = socket(f"/ws/runs/{run.pk}/reconcile/?key=step-1%2Ftool%2Ftoolu_01_0", client)
+        assert (await ws.connect())[0]
+        await acting(django_capture_on_commit_callbacks, lambda: cancel(run.pk, actor="bob"))()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    assert "it is cancelled" in pushed["reconcile"]
+    fresh = client.get(f"/runs/{run.pk}/reconcile/?key={key}").content.decode()
+    assert without_csrf(pushed["reconcile"]) in without_csrf(fresh)
+
+
+def test_it_catches_up_from_the_event_log_on_reconnect(world, as_user):
+    run = world.run("failed")
+    client = as_user("operator")
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    seen = int(re.search(r'data-event="(\d+)"', page).group(1))
+    retry(run.pk, actor="bob")  # happens while the page's socket is down: nothing pushed
+
+    async def scenario() -> tuple[str, bool]:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": seen})
+        caught_up = await ws.receive_from(timeout=3)
+        latest = await database_sync_to_async(lambda: Event.objects.order_by("-id")[0].pk)()
+        await ws.send_json_to({"after": latest})
+        quiet = await ws.receive_nothing(timeout=0.5)
+        await ws.disconnect()
+        return caught_up, quiet
+
+    caught_up, quiet = in_sync(scenario)
+    pushed = fragments(caught_up)
+    assert "Retried" in pushed["run-timeline"]
+    assert 'status-queued">queued' in pushed["run-header"]
+    assert quiet  # nothing new after the latest event: nothing sent
+
+
+def test_it_ignores_a_malformed_catch_up_message(world, as_user):
+    client = as_user("viewer")
+    client.get("/")
+
+    async def scenario() -> bool:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        for message in ({"after": "0"}, {"after": -1}, {"after": True}, ["x"]):
+            await ws.send_json_to(message)
+        quiet = await ws.receive_nothing(timeout=0.3)
+        await ws.disconnect()
+        return quiet
+
+    assert in_sync(scenario)
+
+
+@pytest.mark.parametrize(
+    "who, origin",
+    [
+        ("anonymous", ORIGIN),
+        ("outsider", ORIGIN),
+        ("operator", (b"origin", b"http://evil.example")),
+        ("operator", None),
+    ],
+    ids=["anonymous", "outsider", "foreign-origin", "no-origin"],
+)
+def test_it_refuses_a_socket_without_login_permission_or_the_right_origin(
+    world, as_user, who, origin
+):
+    client = Client() if who == "anonymous" else as_user(who)
+    client.get("/")
+    cookie_headers = headers(client, origin or ORIGIN)
+    if origin is None:
+        cookie_headers = cookie_headers[1:]
+
+    async def scenario() -> bool:
+        ws = WebsocketCommunicator(application, "/ws/inbox/", cookie_headers)
+        connected, _ = await ws.connect()
+        await ws.disconnect()
+        return connected
+
+    assert in_sync(scenario) is False
+
+
+def test_it_refuses_a_socket_for_an_unknown_run(db, as_user):
+    client = as_user("operator")
+
+    async def scenario() -> bool:
+        ws = socket("/ws/runs/00000000-0000-0000-0000-000000000000/", client)
+        connected, _ = await ws.connect()
+        await ws.disconnect()
+        return connected
+
+    assert in_sync(scenario) is False
+
+
+def test_it_sends_the_inbox_only_events_that_may_change_a_status(world):
+    run = world.run("waiting")
+    kinds = {event.kind: live.groups_for(event) for event in Event.objects.filter(run=run)}
+    assert kinds["intent"] == [f"run-{run.pk}"]
+    assert kinds["outcome"] == [f"run-{run.pk}"]
+    assert kinds["tool_approval_requested"] == [f"run-{run.pk}", "inbox"]
+    registration = Event.objects.filter(run__isnull=True).first()
+    assert live.groups_for(registration) == []
+
+
+def test_it_publishes_ids_only_through_a_networked_layer_from_any_thread(world, monkeypatch):
+    sent: list[tuple[str, dict[str, Any]]] = []
+    done = threading.Event()
+
+    class NetworkedLayer:
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            await asyncio.sleep(0)
+            sent.append((group, message))
+            if len(sent) == 2:
+                done.set()
+
+    monkeypatch.setattr(live, "get_channel_layer", NetworkedLayer)
+    run = world.run("waiting")
+    event = Event.objects.get(run=run, kind="tool_approval_requested")
+    live.publish(event)
+    assert done.wait(3)
+    message = {
+        "type": "live.event",
+        "event": event.pk,
+        "run": str(run.pk),
+        "kind": "tool_approval_requested",
+    }
+    assert sent == [(f"run-{run.pk}", message), ("inbox", message)]
+
+
+def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monkeypatch):
+    scheduled: list[Any] = []
+    monkeypatch.setattr(live, "_consumer_loop", None)
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", lambda *args: scheduled.append(args))
+    run = world.run("waiting")
+    live.publish(Event.objects.filter(run=run).last())
+    assert scheduled == []
+
+
+def test_it_sends_the_events_that_arrive_while_a_push_renders():
+    consumer = LiveConsumer()
+    consumer.pending = {"status"}
+    consumer.rendering = asyncio.Lock()
+    pushes: list[frozenset[str]] = []
+
+    async def push(changes: frozenset[str]) -> None:
+        pushes.append(changes)
+        if len(pushes) == 1:
+            consumer.pending.add("progress")  # committed while the first push rendered
+
+    consumer._push = push  # type: ignore[method-assign]
+    async_to_sync(consumer._flush)()
+    assert pushes == [frozenset({"status"}), frozenset({"progress"})]
