@@ -138,17 +138,17 @@ LOGIN_REDIRECT_URL = "/"
 
 # --- AgentOps runtime -------------------------------------------------------------------------
 # Modules whose Agent definitions form the code registry.
-AGENTOPS_AGENT_MODULES = env_list("AGENTOPS_AGENT_MODULES", ["demo.agents"] if AGENTOPS_DEMO else [])
+AGENTOPS_AGENT_MODULES = env_list(
+    "AGENTOPS_AGENT_MODULES", ["demo.agents"] if AGENTOPS_DEMO else []
+)
 # How long a claim holds a run without a heartbeat, in seconds.
 AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
 # Renew the lease from a thread during long calls (fenced writes renew it as well).
 AGENTOPS_HEARTBEAT = env_bool("AGENTOPS_HEARTBEAT", default=True)
 # Largest JSON document (bytes) accepted from a person or a tool.
 AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
-# Callable that hands a run id to the executor after commit ("" = nobody; tests advance by hand).
-AGENTOPS_DISPATCH = env_str("AGENTOPS_DISPATCH", "")
 # Callable that pushes a committed event to live subscribers ("" = nobody).
-AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "")
+AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
 
 # --- Content-Security-Policy (django-csp 4) ------------------------------------------------------
 CONTENT_SECURITY_POLICY = {
@@ -173,15 +173,46 @@ LOGGING = {
 }
 
 # --- Execution: Celery (owned by agentops/celery.py and agentops/tasks.py) ----------------------
-# Embedded default: the in-process worker started by `make run`; production: Redis.
+# Embedded default: kombu's in-memory transport, consumed by the worker that `manage.py serve`
+# runs inside the web process. Production: Redis, consumed by `celery -A agentops worker`s.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("memory://")
+# A named queue, so several apps can share one Redis.
+CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_QUEUE", "agentops")
 CELERY_TASK_IGNORE_RESULT = True
 # At-least-once: a task is acknowledged after it ran, and redelivered if its worker died.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# How often the sweep re-enqueues lost, expired and due runs, in seconds.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# On a lost broker connection keep running tasks: their redelivery finds the run claimed.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Redis: a message taken by a worker that died unacknowledged goes back to the queue after this
+# many seconds. Recovery does not wait for it (the sweep re-enqueues expired leases); it only
+# bounds how long a redelivery of the lost message takes.
+AGENTOPS_BROKER_VISIBILITY_TIMEOUT = env_float("AGENTOPS_BROKER_VISIBILITY_TIMEOUT", 3600.0)
+# Redis scans for abandoned messages about four times per visibility timeout (at most every
+# 100 s, kombu's default): every `interval` seconds, one tick in `throttle` scans.
+_restore_period = max(1, min(100, int(AGENTOPS_BROKER_VISIBILITY_TIMEOUT / 4)))
+_restore_interval = min(10, _restore_period)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, float | int] = (
+    # The in-memory transport polls; a tenth of a second keeps the console live.
+    {"polling_interval": 0.1}
+    if EMBEDDED_BROKER
+    else {
+        "visibility_timeout": AGENTOPS_BROKER_VISIBILITY_TIMEOUT,
+        "unacked_restore_interval": _restore_interval,
+        "unacked_restore_throttle": _restore_period // _restore_interval,
+    }
+)
+# Hand committed runs to the workers (tests set "" and advance runs by hand).
+AGENTOPS_DISPATCH = env_str("AGENTOPS_DISPATCH", "agentops.tasks.enqueue")
+# How often every worker's sweep re-enqueues lost, expired and due runs, in seconds.
 AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0)
+if AGENTOPS_SWEEP_SECONDS <= 0 or AGENTOPS_LEASE_SECONDS <= 0:
+    raise ImproperlyConfigured("AGENTOPS_SWEEP_SECONDS and AGENTOPS_LEASE_SECONDS must be > 0")
+# Task threads of the worker embedded in `manage.py serve`.
+AGENTOPS_EMBEDDED_CONCURRENCY = int(env_float("AGENTOPS_EMBEDDED_CONCURRENCY", 4))
 
 # --- Live updates: Channels ---------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
