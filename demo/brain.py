@@ -2,8 +2,9 @@
 
 It reads the customer's message and the tool results so far, and answers the way the real
 agent would: look the order up, ask for what is missing, ask to refund, open a ticket, sum up.
-Markers in a message exercise the unhappy paths: "(provider outage)" makes the first two
-requests of each step fail, "(loop)" never gives a final answer.
+Markers in a message exercise the unhappy paths: "(provider outage)" makes the first request of
+the run fail in each process (so a restarted worker meets the outage once more before it
+clears), "(loop)" never gives a final answer.
 """
 
 from __future__ import annotations
@@ -78,8 +79,9 @@ class RefundDeskBrain:
 
     def complete(self, request: ModelRequest, *, operation_id: str) -> ModelResponse:
         turn = _Turn.read(request.messages)
-        if "(provider outage)" in turn.message and self._outages[operation_id] < 2:
-            self._outages[operation_id] += 1
+        run_id = operation_id.partition(":")[0]
+        if "(provider outage)" in turn.message and self._outages[run_id] < 1:
+            self._outages[run_id] += 1
             raise ModelError("HTTP 529 overloaded_error: the model provider is overloaded")
         response = self._next(turn)
         response.model = request.model
