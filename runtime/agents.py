@@ -10,6 +10,7 @@ refund_desk = Agent(name="refund-desk", version="1", model="claude-sonnet-4-5",
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -300,8 +301,10 @@ class Agent:
             "approval": {t.name: _rule_fingerprint(t.requires_approval) for t in self.tools},
         }
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
+        # Cached: an Agent is frozen, and the JSON schemas behind it are costly to rebuild on
+        # every submit and claim (cached_property writes __dict__, which frozen allows).
         return digest(self.spec())
 
 

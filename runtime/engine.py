@@ -35,7 +35,7 @@ from agentops.models import (
 from runtime import clock, faults, jsonvalues, registry, store
 from runtime.agents import Agent, Tool, ToolContext, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError
-from runtime.llm import ModelRequest, ModelResponse, ToolUseBlock
+from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.transcript import session_history, tool_result_block
 
 log = logging.getLogger(__name__)
@@ -111,12 +111,15 @@ class _Turn:
         self.interactions: dict[str, Interaction] = {
             i.operation_key: i for i in run.interactions.all()
         }
+        # What every model request of this turn shares (tool schemas and digests): built once.
+        self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
 
     # --- the loop ----------------------------------------------------------------------------
 
     def execute(self) -> None:
         agent = self._checked_agent()
-        history = session_history(self.run)
+        # A session's first run has no earlier transcript: skip the query.
+        history = session_history(self.run) if self.run.seq > 1 else []
         messages: list[dict[str, Any]] = [*history, {"role": "user", "content": self.run.input}]
         for step in range(1, agent.max_steps + 1):
             response = self._model_call(agent, step, messages)
@@ -187,20 +190,18 @@ class _Turn:
 
     def _model_call(self, agent: Agent, step: int, messages: list[dict[str, Any]]) -> ModelResponse:
         key = f"step-{step}/model"
+        tools, static_input = self._static_request_parts(agent)
         request = ModelRequest(
             model=agent.model,
             system=agent.instructions,
             messages=messages,
-            tools=[t.model_spec() for t in agent.tools],
+            tools=tools,
             max_tokens=agent.max_tokens,
         )
         # The messages come from the log itself; their digest is enough to detect divergence.
         saved_input = {
-            "model": agent.model,
-            "system_sha256": digest(agent.instructions),
-            "tools": [t.name for t in agent.tools],
-            "tools_sha256": digest([t.model_dump() for t in request.tools]),
-            "max_tokens": agent.max_tokens,
+            **static_input,
+            "tools": list(static_input["tools"]),
             "message_count": len(messages),
             "messages_sha256": digest(messages),
         }
@@ -250,6 +251,23 @@ class _Turn:
         )
         faults.reach("after_outcome", self.run, key, "model")
         return response
+
+    def _static_request_parts(self, agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
+        """The tool specs and the step-independent part of the saved input, once per turn:
+        rebuilding the JSON schemas for every step cost more than the step's durable writes."""
+        if self._request_parts is None:
+            tools = [t.model_spec() for t in agent.tools]
+            self._request_parts = (
+                tools,
+                {
+                    "model": agent.model,
+                    "system_sha256": digest(agent.instructions),
+                    "tools": [t.name for t in agent.tools],
+                    "tools_sha256": digest([t.model_dump() for t in tools]),
+                    "max_tokens": agent.max_tokens,
+                },
+            )
+        return self._request_parts
 
     def _after_model_error(self, agent: Agent, op: Operation, message: str) -> None:
         policy = agent.model_retry

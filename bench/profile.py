@@ -1,0 +1,56 @@
+"""Where our runtime's time goes on the overhead scenario.
+
+    .venv/bin/python -m bench.profile [--storage sqlite|postgres] [--runs 30] [--tree]
+
+Sets the runtime up exactly as `bench.overhead` does (own worker process, fresh benchmark
+database) and prints the wall time per run of each part of the runtime (submit, claim, the
+intent and outcome writes, the version check, ...). With --tree, pyinstrument's call tree of
+the same runs instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import harness
+from bench.overhead import PG_DATABASES, variants
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="postgres")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--tree", action="store_true", help="pyinstrument's call tree")
+    parser.add_argument(
+        "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
+    )
+    args = parser.parse_args(argv)
+    postgres = args.postgres if args.storage == "postgres" else None
+    with tempfile.TemporaryDirectory(prefix="agentops-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        (variant,) = [v for v in variants(tmp, postgres) if v.name == f"agentops-{args.storage}"]
+        if postgres is not None:
+            harness.fresh_postgres_database(postgres, PG_DATABASES[0])
+        try:
+            with harness.workers([variant], harness.worker_env(tmp), warmup=3) as (worker,):
+                method = "profile" if args.tree else "breakdown"
+                result = worker.request(cmd="call", method=method, kwargs={"runs": args.runs})
+                if args.tree:
+                    print(result["result"])
+                else:
+                    print(f"\nagentops on {args.storage}, {args.runs} runs: wall time per run\n")
+                    print(harness.table(["part", "ms per run", "calls per run"], result["result"]))
+        finally:
+            if postgres is not None:
+                harness.drop_postgres_database(postgres, PG_DATABASES[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

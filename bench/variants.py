@@ -1,0 +1,565 @@
+"""The ways of running the scenario that the overhead benchmark compares.
+
+Each factory is called inside its own worker process (see `bench.worker`) and returns an object
+with run() (one complete run of the scenario), check() (verifies the last run and describes
+what was measured, e.g. rows written per run and the durability settings in force) and close().
+
+- plain: the loop with no durability at all;
+- bound_sqlite / bound_postgres: the lower bound, the same loop with two bare commits per call
+  (an autocommitted INSERT before and after each call) on the same driver and settings;
+- agentops: our runtime, `submit` then `advance`, exactly as a worker runs it;
+- dbos: DBOS Transact, a workflow whose model request and tool calls are steps;
+- langgraph: a LangGraph graph (a model node, one tool task per tool call via `Send`, the
+  prebuilt ReAct agent's shape) with its SQLite or PostgreSQL checkpointer, durability="sync".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import operator
+import sqlite3
+import uuid
+from typing import Annotated, Any, TypedDict
+
+from bench import scenario
+
+try:
+    # LangGraph passes the config to a node only if its annotation is this type, and evaluates
+    # the annotation: it has to be importable here.
+    from langchain_core.runnables import RunnableConfig
+except ImportError:  # LangGraph is a bench extra; without it its variants are skipped
+    RunnableConfig = dict  # type: ignore[misc,assignment]
+
+# The durability settings of our SQLite database (agentops/settings.py), for the bound.
+SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _first(row: Any) -> Any:
+    """The first column of a row, whether a tuple or a dict (psycopg's dict_row)."""
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+def _value(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """One value; `conn` is anything with execute() returning a cursor (DB-API or Django)."""
+    cursor = conn.execute(query, params) if params else conn.execute(query)
+    return _first((cursor if cursor is not None else conn).fetchone())
+
+
+def _sqlite_settings(conn: Any) -> str:
+    mode = _value(conn, "PRAGMA journal_mode")
+    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[_value(conn, "PRAGMA synchronous")]
+    return f"journal_mode={mode}, synchronous={sync}"
+
+
+def _postgres_settings(conn: Any) -> str:
+    names = ("synchronous_commit", "fsync", "wal_sync_method")
+    return ", ".join(f"{name}={_value(conn, f'SHOW {name}')}" for name in names)
+
+
+class Plain:
+    """The agent loop with no durability."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.answer = ""
+
+    def run(self) -> None:
+        self.answer = scenario.plain_loop(uuid.uuid4().hex)
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER, self.answer
+        return {"records_per_run": 0}
+
+    def close(self) -> None:
+        pass
+
+
+class _Bound:
+    """The same loop with one bare autocommitted INSERT before and one after each call."""
+
+    conn: Any
+    insert: str
+
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.answer = ""
+
+    def _intent(self, key: str) -> None:
+        self.conn.execute(self.insert, (self.run_id, key, "intent"))
+
+    def _outcome(self, key: str) -> None:
+        self.conn.execute(self.insert, (self.run_id, key, "outcome"))
+
+    def run(self) -> None:
+        self.run_id = uuid.uuid4().hex
+        self.answer = scenario.plain_loop(self.run_id, self._intent, self._outcome)
+
+    def _records(self, param: str) -> int:
+        query = f"SELECT count(*) FROM bench_record WHERE run_id = {param}"
+        return int(_value(self.conn, query, (self.run_id,)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class BoundSqlite(_Bound):
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__()
+        # isolation_level=None: the sqlite3 module's autocommit, so each INSERT commits alone.
+        self.conn = sqlite3.connect(options["path"], isolation_level=None)
+        for pragma in SQLITE_PRAGMAS:
+            self.conn.execute(pragma)
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_record (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "run_id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL)"
+        )
+        self.insert = "INSERT INTO bench_record (run_id, key, kind) VALUES (?, ?, ?)"
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER
+        records = self._records("?")
+        assert records == 2 * scenario.CALLS, records
+        return {"records_per_run": records, "settings": _sqlite_settings(self.conn)}
+
+
+class BoundPostgres(_Bound):
+    def __init__(self, options: dict[str, Any]) -> None:
+        import psycopg
+
+        super().__init__()
+        self.conn = psycopg.connect(options["url"], autocommit=True)
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_record (id bigserial PRIMARY KEY, "
+            "run_id text NOT NULL, key text NOT NULL, kind text NOT NULL)"
+        )
+        self.insert = "INSERT INTO bench_record (run_id, key, kind) VALUES (%s, %s, %s)"
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER
+        records = self._records("%s")
+        assert records == 2 * scenario.CALLS, records
+        return {"records_per_run": records, "settings": _postgres_settings(self.conn)}
+
+
+class Records:
+    """The floor of our data model: the plain loop writing exactly the records our runtime
+    writes — the store's own statements (fence + operation + event per record), on their own
+    DB-API connection with the same settings — and nothing else: no Django, no engine.
+
+    What separates it from the bound is the data model (three rows and their indexes per
+    record, the outcome's transaction); what separates our runtime from it is our Python.
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        import datetime as dt
+
+        from django.core.management import call_command
+        from django.db import connection
+
+        from runtime import register, store, submit
+
+        call_command("migrate", verbosity=0, interactive=False)
+        register([scenario.bench_agent], actor="bench")
+        run = store.claim(submit(scenario.bench_agent.name, "floor", actor="bench").pk, "floor")
+        assert run is not None
+        self.postgres = connection.vendor == "postgresql"
+        self.statements = store._STATEMENTS[(connection.vendor, True)]
+        if self.postgres:
+            import psycopg
+            from psycopg.types.json import Jsonb
+
+            self.conn: Any = psycopg.connect(options["url"], autocommit=True)
+            run_id: Any = run.pk
+            self.json: Any = Jsonb
+            later = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+            self.now: Any = dt.datetime.now(dt.UTC)
+        else:
+            import json
+
+            self.conn = sqlite3.connect(options["path"], isolation_level=None)
+            for pragma in SQLITE_PRAGMAS:
+                self.conn.execute(pragma)
+            run_id = run.pk.hex
+            self.json = json.dumps
+            later = "2100-01-01 00:00:00"
+            self.now = str(dt.datetime.now(dt.UTC).replace(tzinfo=None))
+        connection.close()
+        self.hold = {"run": run_id, "fence": run.fence, "lease": later, "now": self.now}
+        self.ops: dict[str, int] = {}
+        self.prefix = ""
+        self.answer = ""
+
+    def _intent(self, key: str) -> None:
+        params = {
+            **self.hold,
+            "key": self.prefix + key,
+            "kind": "tool",
+            "name": "get_order",
+            "policy": "safe",
+            "status": "started",
+            "input": self.json({"tool": "get_order", "arguments": {"order_id": "A-1001"}}),
+            "input_hash": "0" * 64,
+            "result": None,
+            "is_error": False,
+            "outcome_at": None,
+            "event": "intent",
+            "data": self.json({"call": "tool", "name": "get_order", "attempt": 1}),
+        }
+        if self.postgres:
+            row = self.conn.execute(self.statements["new"], params, prepare=True).fetchone()
+            self.ops[key] = row[1]
+        else:
+            self.ops[key] = self._sqlite("new", params)
+
+    def _outcome(self, key: str) -> None:
+        result = {"order_id": "A-1001", "status": "paid", "amount_cents": 1250}
+        params = {
+            **self.hold,
+            "op": self.ops.pop(key),
+            "status": "completed",
+            "result": self.json(result),
+            "is_error": False,
+            "error": "",
+            "usage": None,
+            "key": self.prefix + key,
+            "event": "outcome",
+            "data": self.json(
+                {"call": "tool", "name": "get_order", "status": "completed", "is_error": False}
+            ),
+        }
+        if self.postgres:
+            with self.conn.transaction():
+                self.conn.execute(self.statements["outcome"], params, prepare=True).fetchone()
+        else:
+            self._sqlite("outcome", params)
+
+    def _sqlite(self, name: str, params: dict[str, Any]) -> int:
+        cursor = self.conn.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        assert cursor.execute(self.statements["hold"], params).rowcount == 1
+        operation_id = cursor.execute(self.statements[name], params).lastrowid
+        cursor.execute(self.statements["event"], params)
+        self.conn.commit()
+        return int(operation_id)
+
+    def run(self) -> None:
+        self.prefix = uuid.uuid4().hex[:8] + "/"
+        self.answer = scenario.plain_loop(self.prefix, self._intent, self._outcome)
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER
+        assert not self.ops
+        settings = _postgres_settings(self.conn) if self.postgres else _sqlite_settings(self.conn)
+        return {
+            "records_per_run": 2 * scenario.CALLS,
+            "rows_per_run": "per run 31 operations (each written twice), 62 events, 62 commits",
+            "settings": settings,
+        }
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class AgentOps:
+    """Our runtime, configured by the worker's environment (AGENTOPS_SQLITE_PATH or
+    DATABASE_URL): submit a run, then advance it the way a worker's task does."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from django.core.management import call_command
+
+        from runtime import register
+
+        call_command("migrate", verbosity=0, interactive=False)
+        register([scenario.bench_agent], actor="bench")
+        self.run_id: Any = None
+
+    def run(self) -> None:
+        from runtime import advance, submit
+
+        run = submit(scenario.bench_agent.name, scenario.MESSAGE, actor="bench")
+        advance(run.pk)
+        self.run_id = run.pk
+
+    def check(self) -> dict[str, Any]:
+        from django.db import connection
+
+        from agentops.models import Event, Operation, Run
+
+        run = Run.objects.get(pk=self.run_id)
+        assert (run.status, run.output) == ("completed", scenario.ANSWER), (run.status, run.error)
+        operations = Operation.objects.filter(run_id=run.pk).count()
+        events = Event.objects.filter(run_id=run.pk).count()
+        assert operations == scenario.CALLS, operations
+        with connection.cursor() as cursor:
+            settings = (
+                _postgres_settings(cursor)
+                if connection.vendor == "postgresql"
+                else _sqlite_settings(cursor)
+            )
+        return {
+            "records_per_run": 2 * operations,
+            "rows_per_run": (
+                f"per run {operations} operations (each written twice), {events} events, "
+                f"{events} commits"
+            ),
+            "settings": settings,
+        }
+
+    def breakdown(self, runs: int) -> list[list[Any]]:
+        """Where a run's time goes: wall time of the runtime's parts, per run (bench.profile)."""
+        import time
+        from collections import Counter
+
+        import runtime
+        from runtime import engine, registry, store
+
+        spent: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
+        parts = [
+            (runtime, "submit", "control.submit (lead)"),
+            (runtime, "advance", "engine.advance, all of it"),
+            (store, "claim", "store.claim"),
+            (store, "write_intent", "store.write_intent"),
+            (store, "write_outcome", "store.write_outcome"),
+            (store, "transition", "store.transition (finish)"),
+            (registry, "version_problem", "registry.version_problem (lead)"),
+            (engine, "session_history", "transcript.session_history (lead)"),
+            (engine._Turn, "__init__", "engine _Turn() load ops+interactions (lead)"),
+            (engine._Heartbeat, "__enter__", "engine heartbeat start (lead)"),
+            (engine._Heartbeat, "__exit__", "engine heartbeat stop (lead)"),
+        ]
+        originals = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
+
+        def timed(function: Any, label: str) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    spent[label] += time.perf_counter() - started
+                    calls[label] += 1
+
+            return wrapper
+
+        for (owner, name, label), (_, _, function) in zip(parts, originals, strict=True):
+            setattr(owner, name, timed(function, label))
+        try:
+            started = time.perf_counter()
+            for _ in range(runs):
+                self.run()
+            total = time.perf_counter() - started
+        finally:
+            for owner, name, function in originals:
+                setattr(owner, name, function)
+        inside = sum(v for k, v in spent.items() if k not in (parts[0][2], parts[1][2]))
+        rows = [[label, spent[label] * 1000 / runs, calls[label] / runs] for _, _, label in parts]
+        rows.append(
+            [
+                "engine Python (advance minus the parts above)",
+                (spent[parts[1][2]] - inside) * 1000 / runs,
+                1.0,
+            ]
+        )
+        rows.append(["the whole run", total * 1000 / runs, 1.0])
+        return rows
+
+    def profile(self, runs: int, interval: float = 0.0001) -> str:
+        """`runs` runs under pyinstrument; its report, as text (see bench.profile)."""
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=interval)
+        with profiler:
+            for _ in range(runs):
+                self.run()
+        return str(profiler.output_text(unicode=True, color=False, show_all=False))
+
+    def close(self) -> None:
+        from django.db import connection
+
+        connection.close()
+
+
+class Dbos:
+    """DBOS Transact: the loop is a workflow, each model request and tool call a step."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from dbos import DBOS
+
+        self.url = options["url"]
+        if self.url.startswith("sqlite"):
+            # WAL, as ours; the mode is stored in the file, so DBOS's connections use it too.
+            path = self.url.removeprefix("sqlite:///")
+            with sqlite3.connect(path) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+        self.instance = DBOS(
+            config={"name": "agentops-bench", "system_database_url": self.url, "log_level": "ERROR"}
+        )
+
+        @DBOS.step()
+        def model(messages: list[dict[str, Any]], operation_id: str) -> dict[str, Any]:
+            return scenario.model_step(messages, operation_id)
+
+        @DBOS.step()
+        def call_tool(use: dict[str, Any], operation_id: str) -> dict[str, Any]:
+            return scenario.tool_step(use, operation_id)
+
+        @DBOS.workflow()
+        def agent(message: str) -> str:
+            run_id = DBOS.workflow_id
+            messages: list[dict[str, Any]] = [{"role": "user", "content": message}]
+            for step in range(1, scenario.MODEL_CALLS + 1):
+                content = model(messages, f"{run_id}:step-{step}/model")["content"]
+                messages.append({"role": "assistant", "content": content})
+                uses = [block for block in content if block["type"] == "tool_use"]
+                if not uses:
+                    return "".join(b["text"] for b in content if b["type"] == "text")
+                results = [call_tool(use, f"{run_id}:step-{step}/tool/{use['id']}") for use in uses]
+                messages.append({"role": "user", "content": results})
+            raise AssertionError("the script always ends with a final answer")
+
+        self.dbos = DBOS
+        self.agent = agent
+        DBOS.launch()
+        self.answer = ""
+        self.workflow_id = ""
+
+    def run(self) -> None:
+        from dbos import SetWorkflowID
+
+        self.workflow_id = str(uuid.uuid4())
+        with SetWorkflowID(self.workflow_id):
+            self.answer = self.agent(scenario.MESSAGE)
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER
+        steps = self.dbos.list_workflow_steps(self.workflow_id)
+        assert len(steps) == scenario.CALLS, len(steps)
+        engine = self.instance._sys_db.engine  # what DBOS itself writes through
+        with engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            if self.url.startswith("sqlite"):
+                settings = _sqlite_settings(raw)
+            else:
+                with raw.cursor() as cursor:
+                    settings = _postgres_settings(cursor)
+        return {
+            "records_per_run": len(steps) + 2,
+            "rows_per_run": f"per run {len(steps)} step outputs, 1 workflow status row",
+            "settings": settings,
+            "version": _version("dbos"),
+        }
+
+    def close(self) -> None:
+        self.dbos.destroy()
+
+
+class _State(TypedDict):
+    messages: Annotated[list[dict[str, Any]], operator.add]
+
+
+class _ToolTask(TypedDict):
+    use: dict[str, Any]
+    run_id: str
+    step: int
+
+
+class LangGraph:
+    """LangGraph: a model node and one `Send` task per tool call, checkpointed per super-step
+    with durability="sync" (each checkpoint is written before the next step starts)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from langgraph.graph import END, START, StateGraph
+        from langgraph.types import Send
+
+        self.storage = options["storage"]
+        if self.storage == "sqlite":
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            self.conn: Any = sqlite3.connect(options["path"], check_same_thread=False)
+            saver: Any = SqliteSaver(self.conn)
+            saver.setup()  # sets journal_mode=WAL
+            self.conn.execute("PRAGMA synchronous=FULL")
+        else:
+            import psycopg
+            from langgraph.checkpoint.postgres import PostgresSaver
+            from psycopg.rows import dict_row
+
+            # As PostgresSaver.from_conn_string connects.
+            self.conn = psycopg.connect(
+                options["url"], autocommit=True, prepare_threshold=0, row_factory=dict_row
+            )
+            saver = PostgresSaver(self.conn)
+            saver.setup()
+
+        def model(state: _State, config: RunnableConfig) -> dict[str, Any]:
+            messages = state["messages"]
+            step = 1 + sum(1 for m in messages if m["role"] == "assistant")
+            run_id = config["configurable"]["thread_id"]
+            content = scenario.model_step(messages, f"{run_id}:step-{step}/model")["content"]
+            return {"messages": [{"role": "assistant", "content": content}]}
+
+        def route(state: _State, config: RunnableConfig) -> Any:
+            last = state["messages"][-1]
+            step = sum(1 for m in state["messages"] if m["role"] == "assistant")
+            run_id = config["configurable"]["thread_id"]
+            uses = [block for block in last["content"] if block["type"] == "tool_use"]
+            if not uses:
+                return END
+            return [Send("tool", {"use": use, "run_id": run_id, "step": step}) for use in uses]
+
+        def tool(task: _ToolTask) -> dict[str, Any]:
+            use = task["use"]
+            key = f"step-{task['step']}/tool/{use['id']}"
+            result = scenario.tool_step(use, f"{task['run_id']}:{key}")
+            return {"messages": [{"role": "user", "content": [result]}]}
+
+        builder = StateGraph(_State)
+        builder.add_node("model", model)
+        builder.add_node("tool", tool)
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", route, ["tool", END])
+        builder.add_edge("tool", "model")
+        self.graph = builder.compile(checkpointer=saver)
+        self.thread_id = ""
+        self.answer = ""
+
+    def run(self) -> None:
+        self.thread_id = str(uuid.uuid4())
+        final = self.graph.invoke(
+            {"messages": [{"role": "user", "content": scenario.MESSAGE}]},
+            {"configurable": {"thread_id": self.thread_id}},
+            durability="sync",
+        )
+        content = final["messages"][-1]["content"]
+        self.answer = "".join(b["text"] for b in content if b["type"] == "text")
+
+    def check(self) -> dict[str, Any]:
+        assert self.answer == scenario.ANSWER
+        sqlite = self.storage == "sqlite"
+        param = "?" if sqlite else "%s"
+        checkpoints, writes = (
+            int(
+                _value(
+                    self.conn,
+                    f"SELECT count(*) FROM {table} WHERE thread_id = {param}",
+                    (self.thread_id,),
+                )
+            )
+            for table in ("checkpoints", "writes" if sqlite else "checkpoint_writes")
+        )
+        settings = _sqlite_settings(self.conn) if sqlite else _postgres_settings(self.conn)
+        return {
+            "records_per_run": int(checkpoints),
+            "rows_per_run": f"per run {checkpoints} checkpoints, {writes} task writes",
+            "settings": settings,
+            "version": _version("langgraph"),
+        }
+
+    def close(self) -> None:
+        self.conn.close()

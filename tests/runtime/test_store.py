@@ -1,0 +1,213 @@
+"""The store's single-statement writes, on the path workers take: outside any transaction.
+
+The other runtime tests run inside a test transaction, where every write is a savepoint of it;
+these run with real commits (transaction=True), as a worker's writes do, on SQLite and on
+PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
+from runtime import LeaseLost, cancel, store, submit
+from runtime.registry import code_defines, register
+from runtime.testing import SimulatedCrash, crash_at, expire_lease
+from tests.conftest import make_agent, say
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PUBLISHED: list[tuple[str, bool]] = []
+
+
+def collect(event: Event) -> None:
+    """AGENTOPS_PUBLISH hook: what was published, and whether its transaction had committed."""
+    PUBLISHED.append((event.kind, not _in_transaction()))
+
+
+def _in_transaction() -> bool:
+    if connection.in_atomic_block:
+        return True
+    if connection.vendor == "postgresql":
+        from psycopg.pq import TransactionStatus
+
+        return connection.connection.info.transaction_status != TransactionStatus.IDLE
+    return bool(connection.connection.in_transaction)
+
+
+@pytest.fixture
+def claimed() -> Iterator[Run]:
+    agent = make_agent([say("hi")])
+    with code_defines(agent):
+        register([agent], actor="admin")
+        run = submit(agent.name, "hi", actor="alice")
+        yield store.claim(run.pk, "w1")
+
+
+def intent(run: Run, key: str = "step-1/tool/a", existing: Operation | None = None) -> Operation:
+    return store.write_intent(
+        run,
+        existing,
+        key=key,
+        kind="tool",
+        name="get_order",
+        policy="safe",
+        input={"tool": "get_order", "arguments": {"order_id": "A1"}},
+        input_hash="h",
+    )
+
+
+def writes_of(run: Run) -> tuple[int, int]:
+    return Operation.objects.filter(run=run).count(), Event.objects.filter(run=run).count()
+
+
+@contextmanager
+def taken_over(run: Run) -> Iterator[Run]:
+    expire_lease(run.pk)
+    new = store.claim(run.pk, "w2")
+    assert new is not None and new.fence == run.fence + 1
+    yield new
+
+
+def test_it_commits_each_record_with_its_event(claimed):
+    op = intent(claimed)
+    store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": True})
+    saved = Operation.objects.get(pk=op.pk)
+    assert (saved.status, saved.result, saved.attempts) == ("completed", {"ok": True}, 1)
+    kinds = list(Event.objects.filter(run=claimed).order_by("id").values_list("kind", "data"))
+    assert kinds[-2:] == [
+        ("intent", {"call": "tool", "name": "get_order", "attempt": 1}),
+        (
+            "outcome",
+            {
+                "call": "tool",
+                "name": "get_order",
+                "status": "completed",
+                "is_error": False,
+                "error": "",
+            },
+        ),
+    ]
+    assert not _in_transaction()
+
+
+def test_it_refuses_every_write_of_a_worker_whose_fence_is_stale(claimed):
+    old = claimed
+    with taken_over(old) as new:
+        op = intent(new)
+        before = writes_of(old)
+        with pytest.raises(LeaseLost):
+            intent(old, key="step-1/tool/b")
+        with pytest.raises(LeaseLost):
+            intent(old, existing=op)
+        with pytest.raises(LeaseLost):
+            store.write_outcome(old, op, status=OperationStatus.COMPLETED, result={"stolen": 1})
+        with pytest.raises(LeaseLost):
+            store.record(
+                old,
+                key="step-1/tool/c",
+                name="get_order",
+                policy="safe",
+                input={},
+                input_hash="h",
+                status=OperationStatus.COMPLETED,
+                result={},
+                is_error=False,
+            )
+        with pytest.raises(LeaseLost):
+            store.transition(old, RunStatus.COMPLETED, "completed", output="stolen")
+        assert writes_of(old) == before
+        saved = Operation.objects.get(pk=op.pk)
+        assert (saved.status, saved.result, saved.attempts) == ("started", None, 1)
+        run = Run.objects.get(pk=old.pk)
+        assert (run.status, run.lease_owner, run.output) == (RunStatus.RUNNING, "w2", "")
+        # The new owner's writes land.
+        store.write_outcome(new, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+        assert Operation.objects.get(pk=op.pk).result == {"ok": 1}
+
+
+def test_it_refuses_the_writes_of_a_cancelled_run(claimed):
+    op = intent(claimed)
+    cancel(claimed.pk, actor="alice")
+    before = writes_of(claimed)
+    with pytest.raises(LeaseLost):
+        store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"late": 1})
+    with pytest.raises(LeaseLost):
+        intent(claimed, key="step-2/model")
+    with pytest.raises(LeaseLost):
+        store.transition(claimed, RunStatus.COMPLETED, "completed", output="late")
+    assert writes_of(claimed) == before
+    assert Run.objects.get(pk=claimed.pk).status == RunStatus.CANCELLED
+    assert Operation.objects.get(pk=op.pk).status == OperationStatus.STARTED
+
+
+def test_a_crash_during_the_outcome_rolls_it_back_whole(claimed):
+    op = intent(claimed)
+    before = writes_of(claimed)
+    with crash_at("during_outcome"), pytest.raises(SimulatedCrash):
+        store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+    assert not _in_transaction()
+    assert writes_of(claimed) == before
+    assert Operation.objects.get(pk=op.pk).status == OperationStatus.STARTED
+    # The connection is usable again, and the next owner's outcome lands.
+    with taken_over(claimed) as new:
+        store.write_outcome(new, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+    assert Operation.objects.get(pk=op.pk).status == OperationStatus.COMPLETED
+
+
+def test_events_are_published_only_after_their_write_committed(claimed, settings):
+    settings.AGENTOPS_PUBLISH = "tests.runtime.test_store.collect"
+    PUBLISHED.clear()
+    op = intent(claimed)
+    store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+    store.transition(claimed, RunStatus.COMPLETED, "completed", output="hi")
+    assert PUBLISHED == [("intent", True), ("outcome", True), ("completed", True)]
+
+
+def test_inside_a_callers_transaction_a_write_is_part_of_it(claimed, settings):
+    settings.AGENTOPS_PUBLISH = "tests.runtime.test_store.collect"
+    PUBLISHED.clear()
+    before = writes_of(claimed)
+
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort), transaction.atomic():
+        intent(claimed)
+        raise Abort
+    assert writes_of(claimed) == before
+    assert PUBLISHED == []
+
+
+def test_a_harness_that_replaces_fenced_decides_for_every_write(claimed, monkeypatch):
+    """tests/reliability logs every fenced write through `store.fenced`, and removes the check
+    to show its detector works: both need every write to go through the replacement."""
+    seen: list[Any] = []
+    checked = store.fenced
+
+    @contextmanager
+    def recorded(run: Run) -> Iterator[None]:
+        seen.append(run.fence)
+        with checked(run):
+            yield
+
+    monkeypatch.setattr(store, "fenced", recorded)
+    op = intent(claimed)
+    store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+    assert seen == [claimed.fence, claimed.fence]
+    with taken_over(claimed), pytest.raises(LeaseLost):
+        intent(claimed, key="step-2/model")
+
+    @contextmanager
+    def unchecked(run: Run) -> Iterator[None]:
+        with transaction.atomic():
+            yield
+
+    monkeypatch.setattr(store, "fenced", unchecked)
+    intent(claimed, key="step-2/model")  # the stale write lands: no check is left
+    assert Operation.objects.filter(run=claimed, key="step-2/model").exists()
