@@ -187,7 +187,10 @@ class OperationStatus(models.TextChoices):
 class Operation(models.Model):
     """One model request or tool call inside a run: its intent, then its outcome."""
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="operations")
+    # No index of its own: the unique (run, key) constraint's index serves every run lookup.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     key = models.CharField(max_length=200)
     kind = models.CharField(max_length=10, choices=OperationKind.choices)
     name = models.CharField(max_length=100)
@@ -232,7 +235,10 @@ class Interaction(models.Model):
     """A pending question to a person: approve a tool call, or answer the agent."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="interactions")
+    # No index of its own: the unique (run, operation_key) constraint's index serves it.
+    run = models.ForeignKey(
+        Run, on_delete=models.PROTECT, related_name="interactions", db_index=False
+    )
     operation_key = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=InteractionKind.choices)
     tool_name = models.CharField(max_length=100)
@@ -279,8 +285,14 @@ class EventQuerySet(models.QuerySet["Event"]):
 class Event(models.Model):
     """The append-only history of a run: the timeline, the audit trail and the live outbox."""
 
+    # No index of its own: event_run_timeline (run, id) serves every run lookup.
     run = models.ForeignKey(
-        Run, on_delete=models.PROTECT, related_name="events", null=True, blank=True
+        Run,
+        on_delete=models.PROTECT,
+        related_name="events",
+        null=True,
+        blank=True,
+        db_index=False,
     )
     kind = models.CharField(max_length=50)
     # "runtime" for the engine, otherwise the username of the person who acted.
