@@ -10,7 +10,7 @@ IMMEDIATE, so writers are serialized.
 The hot path — the intent and the outcome of every call, and the run's last transition — is
 raw SQL on the DB-API connection under Django's connection, because the ORM and Django's
 transaction bookkeeping cost more than the commit itself (bench.overhead measures it; see
-docs/performance.md):
+the README's Performance section):
 - PostgreSQL: each record is ONE statement, a data-modifying CTE (the fence UPDATE, the
   operation row, its event), prepared once per connection. The intent commits alone; the
   outcome commits in a transaction of its own that holds the "during_outcome" crash window,
