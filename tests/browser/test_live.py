@@ -1,0 +1,62 @@
+"""The console is live: new work shows within a second, and a page catches up after its
+websocket dropped (the server process was killed and started again)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agentops.models import Event, RunStatus
+from runtime import respond
+from tests.browser.browsing import inbox_row
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def test_it_shows_new_work_within_a_second_and_catches_up_after_a_reconnect(desk, people, stack):
+    alice = people(stack, "alice")
+    # Chrome logs each failed reconnection attempt while the server is down.
+    alice.watch.allow_websocket_errors = True
+    inbox = alice.open("/")
+    alice.mark()
+
+    # New work: from the commit of the approval request to the row on the screen.
+    delays, runs = [], []
+    for message in (
+        "Please refund $40 of order 1001, the bowl arrived cracked.",
+        "Refund $12 for order 1006, it arrived two weeks late.",
+    ):
+        run = desk.submit(message)
+        inbox_row(inbox, "approvals", run).wait_for()
+        seen = time.time()
+        requested = Event.objects.get(run=run, kind="tool_approval_requested")
+        delays.append(round(seen - requested.created_at.timestamp(), 3))
+        runs.append(run)
+    assert max(delays) < 1.0, f"approvals took {delays} s to show"
+    first, second = runs
+    alice.shot("two-approvals-live")
+
+    # The websocket drops: the server process is gone.
+    stack.stop_server()
+    inbox.locator("#live-status:not([data-state=open])").wait_for()
+    alice.shot("server-down")
+
+    # Meanwhile: one approval is answered elsewhere, a new one comes in, a run gets blocked...
+    respond(desk.pending(first).pk, {"approved": True, "reason": ""}, actor="bob")
+    third = desk.submit("Please refund $20 of order 1007, the desk wobbles.")
+    desk.wait_status(first, RunStatus.COMPLETED)
+    desk.wait_status(third, RunStatus.WAITING)
+    # ...and nothing of it reached the page.
+    assert inbox_row(inbox, "approvals", first).count() == 1
+    assert inbox_row(inbox, "approvals", third).count() == 0
+
+    # The server is back: the page reconnects by itself and catches up from the event log.
+    stack.start_server()
+    alice.wait_live(timeout=45_000)
+    inbox_row(inbox, "approvals", third).wait_for()
+    inbox_row(inbox, "approvals", first).wait_for(state="detached")
+    assert inbox_row(inbox, "approvals", second).count() == 1
+    assert inbox.locator("#approvals-title .tally").inner_text() == "2"
+    assert alice.still_same_document()
+    alice.shot("caught-up")
