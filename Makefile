@@ -9,7 +9,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentops
 STRICT ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: install run test lint clean
+.PHONY: install run test lint bench clean soak
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -31,16 +31,35 @@ run: install
 	$(BIN)/python manage.py serve $(PORT)
 
 test: lint
+	@STRICT=$(STRICT) bash scripts/install_browser.sh
 	@echo "== test suite on SQLite =="
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not soak" $(PYTEST_ARGS)
 	@if $(BIN)/python scripts/pg_reachable.py "$(TEST_DATABASE_URL)"; then \
 		echo "== test suite on PostgreSQL =="; \
-		DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_STRICT=$(STRICT) $(BIN)/pytest $(PYTEST_ARGS); \
+		DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_STRICT=$(STRICT) $(BIN)/pytest -m "not soak" $(PYTEST_ARGS); \
 	elif [ "$(STRICT)" = "1" ]; then \
 		echo "PostgreSQL at $(TEST_DATABASE_URL) is not reachable, and STRICT=1 requires it"; exit 1; \
 	else \
 		echo "== PostgreSQL not reachable: skipped the PostgreSQL pass (STRICT=1 makes this an error) =="; \
 	fi
+
+# The long versions of the reliability suite (docs/reliability.md), on PostgreSQL and a Redis the
+# soak starts itself: the chaos soak (SOAK_RUNS runs under faults), then races at 1,000 and the
+# form fuzzing at 2,000 examples per form. `make test` runs the bounded versions.
+SOAK_RUNS ?= 500
+SOAK_DATABASE ?= test_agentops_soak
+soak: install
+	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
+		AGENTOPS_SOAK=1 AGENTOPS_SOAK_RUNS=$(SOAK_RUNS) \
+		$(BIN)/pytest -m soak tests/reliability $(PYTEST_ARGS)
+	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
+		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \
+		$(BIN)/pytest tests/reliability/test_races.py tests/fuzz/test_forms.py $(PYTEST_ARGS)
+
+# Benchmarks (bench/): each prints its figures beside a baseline measured in the same run.
+bench: install
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) var
