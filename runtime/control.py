@@ -7,6 +7,7 @@ after that commit.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -188,9 +189,8 @@ def _describe(interaction: Interaction) -> str:
         what = "answered"
     else:
         what = "approved" if response.get("approved") else "rejected"
-    when = (
-        interaction.responded_at.isoformat(timespec="seconds") if interaction.responded_at else "?"
-    )
+    answered = interaction.responded_at
+    when = answered.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if answered else "?"
     return f"{what} by {interaction.responded_by} at {when}"
 
 
@@ -205,6 +205,9 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
     answer = parsed.model_dump()
     now = clock.now()
     with transaction.atomic():
+        # The run's row lock first, in the order cancel and the engine take them (the run, then
+        # its interactions): the other order deadlocks against a concurrent cancel.
+        list(Run.objects.select_for_update().filter(pk=interaction.run_id).values_list("pk"))
         landed = Interaction.objects.filter(
             pk=interaction.pk, status=InteractionStatus.PENDING
         ).update(

@@ -119,7 +119,7 @@ def test_the_preview_says_none_can_be_retried_while_the_code_differs(define, eff
     runs = blocked_by_a_code_change(define, 2)
     with code_defines(make_agent(approval_script(), instructions="Refund everything.")):
         page = operator.get(BOARD).content.decode()
-    assert "None of the 2 runs can be retried yet; 2 cannot be." in page
+    assert "None of the 2 runs can be retried yet." in page
     assert "disabled>Nothing to retry yet</button>" in page
     assert page.count(">cannot be retried</span>") == 2
     assert statuses(runs) == [RunStatus.NEEDS_ATTENTION] * 2

@@ -90,7 +90,7 @@ def test_runs_whose_version_left_the_code_finish_once_it_is_deployed_again(
         board = operator.get("/versions/").content.decode()
         assert "Deploy the code of clerk version 1 again" in board
         assert "There is nothing to compare: the code of this version is gone." in board
-        assert "None of the 1 run can be retried yet" in board
+        assert "The run cannot be retried yet." in board
     fragment = operator.post("/versions/clerk/1/retry/", HTTP_HX_REQUEST="true").content.decode()
     assert "Retried 1 of 1 run." in fragment
     assert run_until_idle(run.pk).status == RunStatus.COMPLETED
