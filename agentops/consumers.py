@@ -10,6 +10,7 @@ catches up from the event log. Bursts of events are coalesced into one render.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
@@ -64,6 +65,21 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.page is not None:
             for group in self.page.groups:
                 await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        # Empty and binary frames carry nothing a page asks for: ignored, not an error.
+        if text_data:
+            await super().receive(text_data=text_data, **kwargs)
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """A frame that is not JSON (or too deep or too large a number) is ignored, not fatal."""
+        try:
+            return json.loads(text_data)
+        except (ValueError, RecursionError):
+            return None
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """{"after": N}: the page has seen events up to N; send what changed since."""

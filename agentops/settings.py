@@ -7,7 +7,9 @@ REDIS_URL (Redis for the broker and the channel layer).
 
 from __future__ import annotations
 
+import datetime as _dt
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
@@ -36,6 +38,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "channels",
+    # Login lockout after repeated failures (settings under "Security" below).
+    "axes",
     "agentops",
 ]
 # The refund desk demo (its payments tables and agent); AGENTOPS_DEMO=0 leaves it out.
@@ -45,6 +49,7 @@ if AGENTOPS_DEMO:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "agentops.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -53,6 +58,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a lockout raised during login into its response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -147,6 +154,9 @@ AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
 AGENTOPS_HEARTBEAT = env_bool("AGENTOPS_HEARTBEAT", default=True)
 # Largest JSON document (bytes) accepted from a person or a tool.
 AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
+# The store prepares its statements once per connection; turn off behind a pooler that cannot
+# hold prepared statements (PgBouncer in transaction mode before 1.21).
+AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
 
@@ -223,3 +233,56 @@ CHANNEL_LAYERS = {
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )
 }
+
+# --- Security: login lockout, sessions, production mode ------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    # First: a locked-out client is refused before its password is even checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env_bool("AGENTOPS_LOGIN_LOCKOUT", default=True)
+# After this many failed logins of one username from one address, that pair is locked out...
+AXES_FAILURE_LIMIT = int(env_float("AGENTOPS_LOGIN_FAILURE_LIMIT", 5))
+# ...for this long (the lockout answers 429 with a message; an admin can also reset it).
+AXES_COOLOFF_TIME = _dt.timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES", 15))
+# The pair, not the username alone: nobody can lock a colleague out from another machine.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+
+
+def _lockout_username(request: Any, credentials: dict[str, Any] | None) -> Any:
+    """The username a failed login is recorded under: as typed, cut to the longest username
+    there can be. The login form does not enforce that length before authenticating, and axes
+    stores the name in a 255-character column that PostgreSQL enforces (a longer name was a 500).
+    """
+    source = credentials or getattr(request, "POST", None) or {}
+    name = source.get("username")
+    return name[:150] if isinstance(name, str) else name
+
+
+AXES_USERNAME_CALLABLE = _lockout_username
+# Sessions end this long after login (8 hours: one shift); a websocket needs a live session too.
+SESSION_COOKIE_AGE = int(env_float("AGENTOPS_SESSION_SECONDS", 8 * 3600))
+SESSION_COOKIE_HTTPONLY = True
+
+# AGENTOPS_PRODUCTION=1: served over HTTPS only (`manage.py check --deploy` passes).
+AGENTOPS_PRODUCTION = env_bool("AGENTOPS_PRODUCTION", default=False)
+if AGENTOPS_PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured("DJANGO_DEBUG must be off when AGENTOPS_PRODUCTION=1")
+    SECURE_SSL_REDIRECT = env_bool("AGENTOPS_SSL_REDIRECT", default=True)
+    # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
+    if env_bool("AGENTOPS_BEHIND_PROXY", default=False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(env_float("AGENTOPS_HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTOPS_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env_bool("AGENTOPS_HSTS_PRELOAD", default=False)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+    SILENCED_SYSTEM_CHECKS = (
+        # security.W021 (HSTS preload off): entering the browsers' preload list binds every
+        # subdomain of the operator's domain to HTTPS for good, and is hard to undo; it is the
+        # domain owner's decision, so it is opt-in (AGENTOPS_HSTS_PRELOAD=1), not a default.
+        [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+    )

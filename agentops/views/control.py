@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 
 from agentops import selectors
 from agentops.forms import CancelForm
-from agentops.models import Run, RunStatus
+from agentops.models import TERMINAL_STATUSES, Run, RunStatus
 from agentops.views.common import CONTROL, action, actor, error_status, live, reply
 from agentops.views.fragments import RUN_BODY, RUN_HEADER
 from runtime import control
@@ -52,7 +52,10 @@ def cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     form = CancelForm(request.POST)
     if not form.is_valid():
-        return _reply(request, run, status=400, cancel_form=form)
+        # A finished run shows no cancel form, so its errors go where the page shows them.
+        shown = run.status not in TERMINAL_STATUSES
+        problem = "" if shown else "Not cancelled: " + " ".join(form.errors.get("reason", []))
+        return _reply(request, run, status=400, cancel_form=form, action_error=problem)
     try:
         control.cancel(run.pk, actor=actor(request), reason=form.cleaned_data["reason"])
     except AgentOpsError as exc:

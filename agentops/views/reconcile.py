@@ -38,6 +38,8 @@ def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     form = ResolveForm(request.POST)
     status, notice = 400, ""
+    if form.is_bound and "operation_key" in form.errors:
+        form.add_error(None, "The form does not name the operation to reconcile: reload the page.")
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -57,7 +59,8 @@ def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
                 messages.success(request, notice)
                 return redirect(reverse("console:run", args=[run.pk]))
     run.refresh_from_db()
-    key = form.data.get("operation_key", "") or run.blocked_operation
+    # The blocked operation while there is one (whatever the form named), else the resolved one.
+    key = run.blocked_operation or form.cleaned_data.get("operation_key", "")
     return reply(
         request,
         page_template="agentops/reconcile.html",

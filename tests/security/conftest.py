@@ -1,0 +1,69 @@
+"""Security fixtures: the console's personas (shared with tests/console) plus the agent admin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from agentops.models import AgentVersion, Event, Interaction, Operation, Run, Session
+from tests.console.conftest import World, as_user, users, world
+
+__all__ = ["as_user", "everything", "personas", "users", "world"]
+
+# Every persona of the matrix; `agent_admin` manages versions in the admin and sees runs.
+PERSONAS = ("viewer", "approver", "reconciler", "operator", "agent_admin", "outsider")
+
+
+@pytest.fixture
+def personas(users: dict[str, User]) -> Callable[[str], Client]:
+    """personas("agent_admin") -> a logged-in client; "anonymous" -> a client with no login."""
+    admin = User.objects.create(username="agent_admin", is_staff=True)
+    admin.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="agentops",
+            codename__in=["manage_agentversion", "view_agentversion", "view_run"],
+        )
+    )
+    everyone = {**users, "agent_admin": admin}
+
+    def login(persona: str, **client_options: Any) -> Client:
+        client = Client(**client_options)
+        if persona != "anonymous":
+            client.force_login(everyone[persona])
+        return client
+
+    return login
+
+
+def everything() -> tuple[Any, ...]:
+    """The state a request could change (to prove that it did not)."""
+    return (
+        list(Run.objects.order_by("pk").values_list("pk", "status", "fence", "updated_at")),
+        list(Operation.objects.order_by("pk").values_list("pk", "status", "result")),
+        list(Interaction.objects.order_by("pk").values_list("pk", "status", "response")),
+        list(Event.objects.order_by("pk").values_list("pk", "kind", "actor")),
+        list(AgentVersion.objects.order_by("pk").values_list("pk", "unregistered_at")),
+        Session.objects.count(),
+    )
+
+
+@pytest.fixture
+def scene(world: World) -> dict[str, Any]:
+    """One run in each state an operator acts on, and what each action posts."""
+    waiting = world.run("waiting")
+    question = world.run("question")
+    blocked = world.run("blocked")
+    failed = world.run("failed")
+    return {
+        "waiting": waiting,
+        "approval": world.pending(waiting),
+        "question": world.pending(question),
+        "blocked": blocked,
+        "failed": failed,
+        "completed": world.run("completed"),
+        "to_cancel": world.run("waiting"),
+    }
