@@ -16,7 +16,6 @@ import contextlib
 import itertools
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ from django.conf import settings
 
 from tests.reliability.harness import (
     Process,
-    _die_with_parent,
     database_env,
     free_port,
     wait_until,
@@ -127,18 +125,7 @@ class Stack:
 
     def _start(self, name: str, command: list[str], env: dict[str, str]) -> Process:
         log = self.folder / f"{next(self._serial):02d}-{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks
-            )
-        process = Process(name, popen, log)
+        process = Process.start(name, command, env, log)
         self.processes.append(process)
         return process
 

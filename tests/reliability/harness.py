@@ -108,6 +108,22 @@ class Process:
     popen: subprocess.Popen[bytes]
     log: Path
 
+    @classmethod
+    def start(cls, name: str, command: list[str], env: dict[str, str], log: Path) -> Process:
+        """Start `command` in its own session, output to `log`; it dies with this process."""
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks
+            )
+        return cls(name, popen, log)
+
     @property
     def pid(self) -> int:
         return self.popen.pid
@@ -188,19 +204,7 @@ class Cluster:
         return env
 
     def _start(self, name: str, command: list[str], env: dict[str, str]) -> Process:
-        log = self.folder / f"{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks
-            )
-        process = Process(name, popen, log)
+        process = Process.start(name, command, env, self.folder / f"{name}.log")
         self.processes.append(process)
         return process
 
