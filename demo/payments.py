@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
 from demo.models import Order, Refund, Ticket
+
+R = TypeVar("R", Refund, Ticket)
 
 
 class PaymentsError(Exception):
@@ -34,60 +37,58 @@ def refunded_cents(order: Order) -> int:
 
 def refund(number: str, amount_cents: int, reason: str, *, idempotency_key: str) -> Refund:
     """Refund `amount_cents` of an order once per idempotency key."""
-    request = _request_hash(order=number, amount_cents=amount_cents, reason=reason)
-    existing = Refund.objects.filter(idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return _same_request(existing, request, idempotency_key)
-    with transaction.atomic():
+
+    def make() -> Refund:
         order = get_order(number)
         left = order.total_cents - refunded_cents(order)
         if amount_cents <= 0 or amount_cents > left:
             raise PaymentsError(
                 f"cannot refund {amount_cents} cents of order {number}: {left} cents are refundable"
             )
-        try:
-            with transaction.atomic():
-                return Refund.objects.create(
-                    receipt_id=f"re_{hashlib.sha256(idempotency_key.encode()).hexdigest()[:12]}",
-                    order=order,
-                    amount_cents=amount_cents,
-                    reason=reason,
-                    idempotency_key=idempotency_key,
-                    request_hash=request,
-                    created_at=timezone.now(),
-                )
-        except IntegrityError:  # the same key arrived twice at once
-            pass
-    return _same_request(
-        Refund.objects.get(idempotency_key=idempotency_key), request, idempotency_key
-    )
+        return Refund.objects.create(
+            receipt_id=f"re_{hashlib.sha256(idempotency_key.encode()).hexdigest()[:12]}",
+            order=order,
+            amount_cents=amount_cents,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            request_hash=request,
+            created_at=timezone.now(),
+        )
+
+    request = _request_hash(order=number, amount_cents=amount_cents, reason=reason)
+    return _once(Refund, idempotency_key, request, make)
 
 
 def create_ticket(number: str | None, subject: str, body: str, *, idempotency_key: str) -> Ticket:
     """Open a support ticket once per idempotency key."""
-    request = _request_hash(order=number, subject=subject, body=body)
-    existing = Ticket.objects.filter(idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return _same_request(existing, request, idempotency_key)
-    order = get_order(number) if number else None
-    try:
-        with transaction.atomic():
-            return Ticket.objects.create(
-                ticket_id=f"T-{hashlib.sha256(idempotency_key.encode()).hexdigest()[:8].upper()}",
-                order=order,
-                subject=subject,
-                body=body,
-                idempotency_key=idempotency_key,
-                request_hash=request,
-                created_at=timezone.now(),
-            )
-    except IntegrityError:
-        return _same_request(
-            Ticket.objects.get(idempotency_key=idempotency_key), request, idempotency_key
+
+    def make() -> Ticket:
+        return Ticket.objects.create(
+            ticket_id=f"T-{hashlib.sha256(idempotency_key.encode()).hexdigest()[:8].upper()}",
+            order=get_order(number) if number else None,
+            subject=subject,
+            body=body,
+            idempotency_key=idempotency_key,
+            request_hash=request,
+            created_at=timezone.now(),
         )
 
+    request = _request_hash(order=number, subject=subject, body=body)
+    return _once(Ticket, idempotency_key, request, make)
 
-def _same_request(record: Any, request: str, key: str) -> Any:
+
+def _once(model: type[R], key: str, request: str, make: Callable[[], R]) -> R:
+    """The record of `key`: made now, or the earlier one for the same request.
+
+    The same key with a different request is refused.
+    """
+    record = model._default_manager.filter(idempotency_key=key).first()
+    if record is None:
+        try:
+            with transaction.atomic():
+                return make()
+        except IntegrityError:  # the same key arrived twice at once
+            record = model._default_manager.get(idempotency_key=key)
     if record.request_hash != request:
         raise PaymentsError(f"idempotency key {key} was already used for a different request")
     return record
