@@ -63,6 +63,16 @@ class AttentionReason(models.TextChoices):
     VERSION_UNREGISTERED = "version_unregistered", "Agent version not registered"
     FINGERPRINT_MISMATCH = "fingerprint_mismatch", "Agent code changed under the same version"
     INPUT_MISMATCH = "input_mismatch", "Saved operation input differs from the code's"
+    CRASH_LOOP = "crash_loop", "Crash loop: claims keep ending in a crash"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted", "An operation was re-run after crashes too often"
+    MODEL_STOPPED = "model_stopped", "The model ended the turn without an answer"
+
+
+class ErrorKind(models.TextChoices):
+    """Whether the last model error can heal by waiting (429, 5xx, 529, timeouts) or not."""
+
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
 
 
 class AgentVersion(models.Model):
@@ -134,13 +144,33 @@ class Run(models.Model):
     fence = models.PositiveBigIntegerField(default=0)
     steps = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # The last model error's kind, so the console can say whether waiting can help.
+    error_kind = models.CharField(max_length=20, choices=ErrorKind.choices, blank=True)
+    # Claims that ended without the run leaving `running` cleanly (a dead worker, an unexpected
+    # exception); reset when a claim ends cleanly. Past the limit the run is a crash loop.
+    crashed_claims = models.PositiveIntegerField(default=0)
+    last_crash = models.TextField(blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints: ClassVar = [
-            models.UniqueConstraint(fields=["session", "seq"], name="one_run_per_session_position")
+            models.UniqueConstraint(fields=["session", "seq"], name="one_run_per_session_position"),
+            # S5: a session runs one turn at a time; submit and retry race on this, not on reads.
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(
+                    status__in=[
+                        "queued",
+                        "running",
+                        "waiting",
+                        "retry_wait",
+                        "needs_attention",
+                    ]
+                ),
+                name="one_unfinished_run_per_session",
+            ),
         ]
         indexes: ClassVar = [
             # Console: runs list filtered by status, newest first; inbox counts by status.

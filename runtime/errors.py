@@ -84,9 +84,40 @@ class DurableConflictError(AgentOpsError):
 
 
 class ModelError(AgentOpsError):
-    """The model call failed (provider error, or output that failed validation)."""
+    """The model call failed (provider error, or output that failed validation).
+
+    transient: waiting can heal it (429, 5xx, 529, timeouts, dropped connections); a 400 or 401
+    will not. retry_after: the provider's `retry-after` in seconds, when it sent one.
+    status: the HTTP status, when there was a response. reason: a short stable word for the
+    console and the metrics ("rate_limited", "overloaded", "server_error", "timeout",
+    "connection", "invalid_request", "authentication", "prompt_too_long", "invalid_output").
+    """
 
     code = "model_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after = retry_after
+        self.status = status
+        self.reason = reason
+
+
+class PromptTooLong(ModelError):
+    """The request is over the model's context window: it will not fit by waiting."""
+
+    code = "prompt_too_long"
+
+    def __init__(self, message: str, *, status: int | None = 400) -> None:
+        super().__init__(message, transient=False, status=status, reason="prompt_too_long")
 
 
 class LeaseLost(BaseException):

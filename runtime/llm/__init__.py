@@ -28,17 +28,49 @@ class ToolUseBlock(BaseModel):
     input: dict[str, Any]
 
 
-ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+class ThinkingBlock(BaseModel):
+    """Extended thinking: stored with its signature and sent back unchanged (S6)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+ContentBlock = Annotated[
+    TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock,
+    Field(discriminator="type"),
+]
+
+# The Messages API's stop reasons; the engine handles each on purpose.
+StopReason = Literal[
+    "end_turn",
+    "stop_sequence",
+    "tool_use",
+    "max_tokens",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+]
 
 
 class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 class ModelResponse(BaseModel):
     content: list[ContentBlock]
-    stop_reason: str | None = None
+    # None only for models that do not say (a scripted model); treated as end_turn/tool_use.
+    stop_reason: StopReason | None = None
     usage: Usage = Field(default_factory=Usage)
     model: str = ""
 
@@ -73,6 +105,12 @@ class ModelRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[ToolSpec]
     max_tokens: int
+    # Extended thinking budget in tokens; None leaves thinking off.
+    thinking_budget: int | None = None
+    # Seconds one request may take; None uses the adapter's default.
+    timeout: float | None = None
+    # Mark the system prompt, tools and transcript as cacheable (prompt caching).
+    cache: bool = True
 
 
 class Model(Protocol):
