@@ -212,6 +212,9 @@ class OperationStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"  # a model request that raised; tools' errors are completed outcomes
     REJECTED = "rejected"  # an approval was refused; the reason is the result
+    # An operator verified in the external system that the call did not happen and chose to
+    # run it once more: the engine runs it again with the same operation id, whatever its policy.
+    NOT_RUN = "not_run"
 
 
 class Operation(models.Model):
