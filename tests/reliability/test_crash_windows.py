@@ -88,7 +88,7 @@ def _check_recovery(policy: str, window: str, run: Run, records: Records) -> str
 
 
 @pytest.mark.parametrize("window", WINDOWS)
-def test_it_recovers_a_worker_killed_at_each_window_by_policy(
+def test_c8_it_recovers_a_worker_killed_at_each_window_by_policy(
     cluster: Cluster, agent, observe, window: str
 ) -> None:
     runs = {

@@ -87,7 +87,7 @@ def test_it_advances_a_run_delivered_to_many_workers_at_once_exactly_once(
 
 
 @pytest.mark.parametrize("heartbeat", [True, False], ids=["heartbeat", "no-heartbeat"])
-def test_the_heartbeat_keeps_the_lease_of_a_long_tool_call(
+def test_e3_the_heartbeat_keeps_the_lease_of_a_long_tool_call(
     cluster: Cluster, agent, observe, heartbeat: bool
 ) -> None:
     """A call three leases long keeps its worker's lease; without the heartbeat it is taken."""
@@ -194,7 +194,7 @@ def _paused_worker_scenario(cluster: Cluster, agent, *, fence: bool) -> dict[str
     }
 
 
-def test_a_paused_worker_cannot_write_after_its_run_was_taken_over(
+def test_e2_a_paused_worker_cannot_write_after_its_run_was_taken_over(
     cluster: Cluster, agent, observe
 ) -> None:
     seen = _paused_worker_scenario(cluster, agent, fence=True)
