@@ -560,21 +560,11 @@ ERROR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("status", "error", "headers", "reason", "transient", "retry_after"),
-    ERROR_CASES,
-    ids=[f"{case[0]}-{case[3]}" for case in ERROR_CASES],
-)
+@pytest.mark.parametrize("case", ERROR_CASES, ids=[f"{case[0]}-{case[3]}" for case in ERROR_CASES])
 def test_t9_each_provider_error_is_mapped_transient_or_permanent(
-    no_retries: AnthropicModel,
-    server: FakeAnthropicServer,
-    status: int,
-    error: str | bytes,
-    headers: dict[str, str],
-    reason: str,
-    transient: bool,
-    retry_after: float | None,
+    no_retries: AnthropicModel, server: FakeAnthropicServer, case: tuple[Any, ...]
 ) -> None:
+    status, error, headers, reason, transient, retry_after = case
     body = error if isinstance(error, bytes) else error_body(error, f"detail of {error}")
     server.reply(status, body, headers=headers)
 
