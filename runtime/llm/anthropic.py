@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx2
 from django.conf import settings
 
 from runtime.errors import ModelError, PromptTooLong
@@ -221,6 +222,9 @@ class AnthropicModel:
                 message = client.messages.create(**params, timeout=timeout)
         except anthropic.AnthropicError as exc:
             raise self._scrubbed(_model_error(exc)) from self._safe_cause(exc)
+        except httpx2.TransportError as exc:
+            # The SDK wraps failures while it waits for a response, not while a stream is read.
+            raise self._scrubbed(_broken_stream_error(exc)) from self._safe_cause(exc)
         except json.JSONDecodeError as exc:
             # The SDK decodes a 2xx body it was told is JSON and lets the decode error through.
             raise ModelError(
@@ -463,6 +467,15 @@ def _model_error(exc: anthropic.AnthropicError) -> ModelError:
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ModelError(message, status=exc.status_code, reason="invalid_output")
     return ModelError(message, reason="client_error")
+
+
+def _broken_stream_error(exc: httpx2.TransportError) -> ModelError:
+    reason = "timeout" if isinstance(exc, httpx2.TimeoutException) else "connection"
+    return ModelError(
+        f"the Anthropic API stream broke off: {type(exc).__name__}: {exc}",
+        transient=True,
+        reason=reason,
+    )
 
 
 def _describe(exc: anthropic.AnthropicError) -> str:

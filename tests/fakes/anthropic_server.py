@@ -72,9 +72,10 @@ class RecordedRequest:
 class ScriptedReply:
     """What the server answers to one request; `delay` (seconds) is waited before answering.
 
-    `reset` drops the connection with a TCP reset instead of answering. For a streaming
-    request, a 200 message body is sent as events; `stream_error` then ends the stream with
-    that error event instead of `message_stop`, after the first content block.
+    `reset` drops the connection with a TCP reset instead of answering (for a streaming 200,
+    after the first content block). For a streaming request, a 200 message body is sent as
+    events; `stream_error` then ends the stream with that error event instead of
+    `message_stop`, after the first content block.
     """
 
     status: int
@@ -443,7 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reply = fake.next_reply()
         streaming = isinstance(body, dict) and body.get("stream") is True
-        if streaming and reply.status == 200 and isinstance(reply.body, dict) and not reply.reset:
+        if streaming and reply.status == 200 and isinstance(reply.body, dict):
             self._send_stream(reply)
         else:
             self._send(reply)
@@ -456,10 +457,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._wait(reply):
             return
         if reply.reset:
-            # SO_LINGER 0: closing sends a TCP reset, as a dropped connection looks to a client.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.connection.close()
-            self.close_connection = True
+            self._reset()
             return
         body = reply.body
         request_id = f"req_fake{next(_request_ids):06d}"
@@ -487,9 +485,20 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
-        for event, data in stream_events(reply.body, error=reply.stream_error):
+        events = stream_events(reply.body, error=reply.stream_error)
+        if reply.reset:  # cut after the message starts and its first block is sent
+            events = events[: 1 + len(_block_events(0, reply.body["content"][0]))]
+        for event, data in events:
             self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+        if reply.reset:
+            self._reset()
+
+    def _reset(self) -> None:
+        # SO_LINGER 0: closing sends a TCP reset, as a dropped connection looks to a client.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output quiet
@@ -608,6 +617,10 @@ class FakeAnthropicServer:
                 stream_error={"type": error_type, "message": message},
             )
         )
+
+    def reply_stream_cut(self, content: list[dict[str, Any]], **fields: Any) -> None:
+        """Queue a stream that starts (200), sends its first block, then drops the connection."""
+        self._queue(ScriptedReply(200, message_body(content, **fields), reset=True))
 
     def _queue(self, reply: ScriptedReply) -> None:
         with self._lock:

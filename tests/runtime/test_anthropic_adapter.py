@@ -821,6 +821,17 @@ def test_t9_an_error_event_in_a_stream_is_mapped(
     assert "Overloaded" in caught.value.message
 
 
+def test_t9_a_stream_cut_midway_is_a_transient_error(
+    no_retries: AnthropicModel, server: FakeAnthropicServer
+) -> None:
+    server.reply_stream_cut([text_block("Partial answer"), text_block("never sent")])
+
+    with pytest.raises(ModelError) as caught:
+        no_retries.complete(ask(max_tokens=STREAMING_MAX_TOKENS + 1), operation_id="op-1")
+
+    assert (caught.value.reason, caught.value.transient) == ("connection", True)
+
+
 # --- the client ----------------------------------------------------------------------------------
 
 
