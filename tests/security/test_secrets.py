@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.test import RequestFactory
+from django.test import RequestFactory, override_settings
 from django.views.debug import ExceptionReporter
 
 from agentops import tasks
@@ -84,6 +84,7 @@ def everything_stored() -> str:
     return "\n".join(rows)
 
 
+@override_settings(AGENTOPS_MODEL_RETRIES=0)  # one scripted reply per run, none spent on retries
 def test_the_api_key_never_leaves_the_request_header(  # noqa: PLR0917
     define, effects, canary, server, dispatched, caplog, django_capture_on_commit_callbacks, as_user
 ):
