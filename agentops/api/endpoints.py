@@ -18,7 +18,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import Header, NinjaAPI, Query
+from ninja import Header, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from pydantic import Field
@@ -228,7 +228,7 @@ def submit(
         alias="Idempotency-Key",
         description="Same key and body: the same run (200). Same key, other body: 409.",
     ),
-) -> tuple[int, Run]:
+) -> Status[Run]:
     """Start a run (201); with an Idempotency-Key, a repeat returns the first run (200)."""
     actor = allow(request, Scope.SUBMIT)
     account = token_of(request).account
@@ -243,7 +243,7 @@ def submit(
         )
 
     if idempotency_key is None:
-        return 201, start()
+        return Status(201, start())
     key, digest = _check_key(idempotency_key), _canonical(payload)
     try:
         # The key's row first: a concurrent request with the same key waits here for this
@@ -260,8 +260,8 @@ def submit(
                 f"Idempotency-Key {key!r} was used with another request body",
             ) from None
         assert record.run is not None  # set in the transaction that created the row
-        return 200, record.run
-    return 201, record.run
+        return Status(200, record.run)
+    return Status(201, record.run)
 
 
 @api.get("/runs/{run_id}", response={200: schemas.RunDetailOut, **_errors(404)}, tags=["runs"])

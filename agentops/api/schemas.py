@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from ninja import Schema
-from pydantic import AliasChoices, ConfigDict, Field
+from pydantic import AliasChoices, ConfigDict, Field, StrictBool
 
 from agentops.models import InteractionKind, InteractionStatus, OperationStatus, RunStatus
 
@@ -41,7 +41,8 @@ class SubmitIn(Strict):
 class RespondIn(Strict):
     """An approval: `approved` (and `reason` when rejecting). A question: `answer`."""
 
-    approved: bool | None = None
+    # Strict: "yes", 1 or "false" must not be read as a decision.
+    approved: StrictBool | None = None
     reason: str | None = None
     answer: str | None = None
 
