@@ -7,11 +7,13 @@ made by the runtime's verbs, through the console tests' World.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from django.test import Client
 
 from agentops.api.models import ApiToken, Scope, ServiceAccount
@@ -86,3 +88,20 @@ def error_of(response: Any) -> str:
     assert set(payload) == {"error"}, payload
     assert set(payload["error"]) == {"code", "message", "details"}, payload
     return str(payload["error"]["code"])
+
+
+@pytest.fixture
+def keep_connections() -> Iterator[None]:
+    """Requests served outside Django's test client keep their database connection.
+
+    A WSGI app closes it after each request (request_finished): in-process that ends the
+    test's transaction, and in a live server's thread it can run after the test released
+    the database. Django's test client switches it off the same way.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)

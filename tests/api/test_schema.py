@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
-from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -59,20 +56,12 @@ def documented_error_code(ctx: Any, response: Any, case: Any) -> bool | None:
 
 
 @pytest.fixture
-def fuzz_token(world: Any, api: Api) -> Iterator[str]:
+def fuzz_token(world: Any, api: Api, keep_connections: None) -> str:
     # A waiting, a blocked and a failed run, so that real ids exist beside invented ones.
     for state in ("waiting", "blocked", "failed", "question"):
         world.run(state)
     assert api.token is not None
-    # The WSGI app closes the database connection after each request, and with it the test's
-    # transaction; Django's test client switches that off the same way.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
-        yield api.token
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
+    return api.token
 
 
 @schema.parametrize()
