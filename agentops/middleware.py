@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+
+from agentops.api.errors import body
 
 
 class RefuseNulMiddleware:
@@ -23,6 +25,10 @@ class RefuseNulMiddleware:
             for key, values in request.GET.lists()
         )
         if "\x00" in request.path or in_query:
+            if request.path.startswith("/api/"):
+                # The API's clients read its error body, not a page.
+                message = "the address contains a NUL character"
+                return JsonResponse(body("invalid_request", message), status=422)
             reason = "The address contains a NUL character, which no page of this console has."
             return render(request, "400.html", {"reason": reason}, status=400)
         return self.get_response(request)

@@ -41,6 +41,8 @@ INSTALLED_APPS = [
     # Login lockout after repeated failures (settings under "Security" below).
     "axes",
     "agentops",
+    # The HTTP API at /api/v1/, its service accounts and tokens (docs/api.md).
+    "agentops.api",
 ]
 # The refund desk demo (its payments tables and agent); AGENTOPS_DEMO=0 leaves it out.
 AGENTOPS_DEMO = env_bool("AGENTOPS_DEMO", default=True)
@@ -159,6 +161,23 @@ AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
+
+# --- HTTP API (docs/api.md) ---------------------------------------------------------------------
+# Requests per minute per token (0: no limit); counted in the cache below, shared by processes.
+AGENTOPS_API_RATE_LIMIT = int(env_float("AGENTOPS_API_RATE_LIMIT", 120))
+AGENTOPS_API_CACHE = "api"
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Redis where there is one; else a table in the database (made by the api app's migration).
+    AGENTOPS_API_CACHE: (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _api_redis}
+        if (_api_redis := env_str("REDIS_URL"))
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentops_api_cache",
+        }
+    ),
+}
 
 # --- Content-Security-Policy (django-csp 4) ------------------------------------------------------
 CONTENT_SECURITY_POLICY = {

@@ -1,0 +1,129 @@
+"""What the API accepts and returns: pydantic models, which are also its OpenAPI schema."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from ninja import Schema
+from pydantic import AliasChoices, ConfigDict, Field, StrictBool
+
+from agentops.models import InteractionKind, InteractionStatus, OperationStatus, RunStatus
+
+
+class ErrorDetail(Schema):
+    code: str = Field(description="Stable code: branch on it (see docs/api.md).")
+    message: str = Field(description="For people; may change between versions.")
+    details: list[Any] = Field(default_factory=list)
+
+
+class ErrorOut(Schema):
+    error: ErrorDetail
+
+
+class Strict(Schema):
+    # An unknown field is refused rather than ignored: a misspelt "reason" must not vanish.
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitIn(Strict):
+    agent: str = Field(description="The agent's name.")
+    message: str = Field(description="The message that starts the run.")
+    session: uuid.UUID | None = Field(
+        default=None, description="Continue this session; a new one when omitted."
+    )
+    version: str | None = Field(
+        default=None, description="The agent version; the newest registered when omitted."
+    )
+
+
+class RespondIn(Strict):
+    """An approval: `approved` (and `reason` when rejecting). A question: `answer`."""
+
+    # Strict: "yes", 1 or "false" must not be read as a decision.
+    approved: StrictBool | None = None
+    reason: str | None = None
+    answer: str | None = None
+
+
+class ResolveIn(Strict):
+    operation_key: str = Field(description="The operation the run is blocked on.")
+    result: Any = Field(description="The verified result, valid against the tool's output schema.")
+    evidence: str = Field(description="What was checked, e.g. the receipt id in the other system.")
+
+
+class CancelIn(Strict):
+    reason: str = ""
+
+
+class OperationOut(Schema):
+    key: str
+    operation_id: str
+    kind: str
+    name: str
+    policy: str
+    status: OperationStatus
+    input: Any
+    result: Any
+    is_error: bool
+    error: str
+    attempts: int
+    intent_at: dt.datetime
+    outcome_at: dt.datetime | None
+
+
+class InteractionOut(Schema):
+    id: uuid.UUID
+    run: uuid.UUID = Field(validation_alias=AliasChoices("run_id", "run"))
+    kind: InteractionKind
+    status: InteractionStatus
+    tool_name: str
+    operation_key: str
+    payload: Any = Field(description="Agent-controlled: escape it wherever it is shown.")
+    response: Any
+    responded_by: str
+    responded_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+class RunOut(Schema):
+    id: uuid.UUID
+    session: uuid.UUID = Field(validation_alias=AliasChoices("session_id", "session"))
+    seq: int
+    agent: str
+    version: str
+    status: RunStatus
+    input: str
+    output: str
+    error: str
+    error_kind: str
+    attention_reason: str
+    attention_detail: Any
+    blocked_operation: str
+    steps: int
+    next_attempt_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+class RunDetailOut(RunOut):
+    operations: list[OperationOut]
+    pending: InteractionOut | None = Field(description="The interaction the run waits for.")
+    retry_problem: str | None = Field(
+        description="Why a retry would be refused now; null when it would be accepted "
+        "(only for failed, blocked and retry_wait runs)."
+    )
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end."
+    )
+
+
+class InteractionPage(Schema):
+    items: list[InteractionOut]
+    next_cursor: str | None
