@@ -67,13 +67,6 @@ def enqueue(run_id: str) -> None:
         )
 
 
-def flush_redis(*urls: str) -> None:
-    import redis
-
-    for url in urls:
-        redis.Redis.from_url(url).flushdb()
-
-
 class Stack:
     """The console server and its worker(s) on the test database, at one address."""
 
