@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 # PostgreSQL for the second pass of the suite (trust auth on the local server by default).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentops
+# The Redis channel layer for that pass, as production uses it (a database of its own: the
+# reliability suite's broker uses 1, the browser suite's 3 and 4).
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/5
 # STRICT=1 (CI): PostgreSQL must be reachable; nothing that needs it is skipped.
 STRICT ?= 0
 PYTEST_ARGS ?=
@@ -14,29 +17,33 @@ PYTEST_ARGS ?=
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
+# pip's output goes to a log, shown only when the install fails.
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $@
+	@echo "== installing into $(VENV) (log: $(VENV)/install.log) =="
+	@{ $(BIN)/pip install --upgrade pip && $(BIN)/pip install -e '.[test]'; } \
+		> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@touch $@
 
 install: $(VENV)/.installed
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 run: install
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py serve $(PORT)
+	@$(BIN)/python manage.py migrate --noinput -v0
+	@$(BIN)/python manage.py seed_demo
+	@$(BIN)/python manage.py serve --demo-login $(PORT)
 
 test: lint
 	@STRICT=$(STRICT) bash scripts/install_browser.sh
 	@echo "== test suite on SQLite =="
 	$(BIN)/pytest -m "not soak" $(PYTEST_ARGS)
 	@if $(BIN)/python scripts/pg_reachable.py "$(TEST_DATABASE_URL)"; then \
-		echo "== test suite on PostgreSQL =="; \
-		DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_STRICT=$(STRICT) $(BIN)/pytest -m "not soak" $(PYTEST_ARGS); \
+		echo "== test suite on PostgreSQL, live updates on the Redis channel layer =="; \
+		DATABASE_URL="$(TEST_DATABASE_URL)" REDIS_URL="$(TEST_REDIS_URL)" AGENTOPS_STRICT=$(STRICT) \
+			$(BIN)/pytest -m "not soak" $(PYTEST_ARGS); \
 	elif [ "$(STRICT)" = "1" ]; then \
 		echo "PostgreSQL at $(TEST_DATABASE_URL) is not reachable, and STRICT=1 requires it"; exit 1; \
 	else \

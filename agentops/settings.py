@@ -7,7 +7,10 @@ REDIS_URL (Redis for the broker and the channel layer).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -17,14 +20,37 @@ from django.core.exceptions import ImproperlyConfigured
 from agentops.env import env_bool, env_float, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The embedded setup's own files: the SQLite database, the secret key, the demo's passwords.
+VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
+
+
+def _embedded_secret_key(path: Path) -> str:
+    """A key generated on first start and kept in var/, readable by its owner only.
+
+    Kept, so that restarting the embedded setup keeps everyone logged in; generated, so that no
+    two installations share a key.
+    """
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        draft = path.with_name(f"{path.name}.{os.getpid()}")
+        draft.touch(mode=0o600)
+        draft.write_text(secrets.token_urlsafe(50))
+        # A link appears whole, and only once: of two processes starting together, one wins and
+        # both read its key.
+        with contextlib.suppress(FileExistsError):
+            path.hardlink_to(draft)
+        draft.unlink()
+    return path.read_text().strip()
+
+
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG and env_bool("AGENTOPS_PRODUCTION", default=False):
         raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set in production")
     # Embedded and test use only: never used when AGENTOPS_PRODUCTION is on.
-    SECRET_KEY = "insecure-embedded-key-set-DJANGO_SECRET_KEY-in-production"
+    SECRET_KEY = _embedded_secret_key(VAR_DIR / "secret-key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -36,7 +62,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
-    "template_partials",
     "channels",
     # Login lockout after repeated failures (settings under "Security" below).
     "axes",
@@ -107,11 +132,11 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": _database_from_url(DATABASE_URL)}
 else:
-    (BASE_DIR / "var").mkdir(exist_ok=True)
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": env_str("AGENTOPS_SQLITE_PATH", str(BASE_DIR / "var" / "agentops.sqlite3")),
+            "NAME": env_str("AGENTOPS_SQLITE_PATH", str(VAR_DIR / "agentops.sqlite3")),
             # WAL lets the console read while a worker writes; IMMEDIATE takes the write lock
             # at BEGIN so two writers queue on busy_timeout instead of failing mid-transaction.
             "OPTIONS": {
@@ -204,7 +229,8 @@ LOGGING = {
 # --- Execution: Celery (owned by agentops/celery.py and agentops/tasks.py) ----------------------
 # Embedded default: kombu's in-memory transport, consumed by the worker that `manage.py serve`
 # runs inside the web process. Production: Redis, consumed by `celery -A agentops worker`s.
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://")
+# The in-memory transport ignores the host, but kombu warns about a URL without one.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://localhost/")
 EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("memory://")
 # A named queue, so several apps can share one Redis.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_QUEUE", "agentops")

@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         embedded = {
             **base,
             "AGENTOPS_SQLITE_PATH": str(tmp / "live.sqlite3"),
-            "CELERY_BROKER_URL": "memory://",
+            "CELERY_BROKER_URL": "memory://localhost/",
             # The embedded worker learns of runs submitted by another process from its sweep.
             "AGENTOPS_SWEEP_SECONDS": "0.05",
         }

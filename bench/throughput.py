@@ -38,6 +38,7 @@ from typing import Any
 
 from bench import harness
 from bench.harness import Variant
+from tests.support.processes import worker_command
 
 CALLS = 31
 DATABASE = "agentops_bench_throughput"
@@ -163,20 +164,7 @@ class CeleryWorkers:
             self.logs.append(log)
             self.procs.append(
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "agentops",
-                        "worker",
-                        "--pool=solo",
-                        f"--hostname=bench{count}-{number}@%h",
-                        "--loglevel=INFO",
-                        "--without-mingle",
-                        "--without-gossip",
-                        "--without-heartbeat",
-                    ],
+                    worker_command(f"bench{count}-{number}"),
                     cwd=harness.ROOT,
                     env=env,
                     stdout=log.open("wb"),
@@ -265,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             (
                 "embedded",
                 "SQLite",
-                {**sqlite, "CELERY_BROKER_URL": "memory://"},
+                {**sqlite, "CELERY_BROKER_URL": "memory://localhost/"},
                 {"embedded": True},
             ),
         ]

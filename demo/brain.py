@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ModelError
-from runtime.llm import ModelRequest, ModelResponse, TextBlock, ToolUseBlock
+from runtime.llm import ContentBlock, ModelRequest, ModelResponse, TextBlock, ToolUseBlock
 
 _ORDER = re.compile(r"\b(\d{4,6})\b")
 _WANTS_REFUND = re.compile(r"refund|money back", re.IGNORECASE)
@@ -82,7 +82,12 @@ class RefundDeskBrain:
         run_id = operation_id.partition(":")[0]
         if "(provider outage)" in turn.message and self._outages[run_id] < 1:
             self._outages[run_id] += 1
-            raise ModelError("HTTP 529 overloaded_error: the model provider is overloaded")
+            raise ModelError(
+                "HTTP 529 overloaded_error: the model provider is overloaded",
+                transient=True,
+                status=529,
+                reason="overloaded",
+            )
         response = self._next(turn)
         response.model = request.model
         response.usage.input_tokens = len(json.dumps(request.messages)) // 4
@@ -92,7 +97,7 @@ class RefundDeskBrain:
     def _call(
         self, turn: _Turn, *calls: tuple[str, dict[str, Any]], text: str = ""
     ) -> ModelResponse:
-        blocks: list[TextBlock | ToolUseBlock] = [TextBlock(text=text)] if text else []
+        blocks: list[ContentBlock] = [TextBlock(text=text)] if text else []
         blocks += [
             ToolUseBlock(id=f"toolu_{turn.position:02d}_{i}", name=name, input=args)
             for i, (name, args) in enumerate(calls)

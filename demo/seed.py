@@ -50,7 +50,7 @@ def seed(log=print) -> None:
     if seeded():
         log("demo data already present")
         return
-    _orders()
+    create_orders()
     # Before v2 existed: two runs on v1.
     register([refund_desk_v1], actor=SEEDER)
     _version_blocked_run(log)
@@ -69,7 +69,8 @@ def seed(log=print) -> None:
     log("demo runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
 
-def _orders() -> None:
+def create_orders() -> None:
+    """The customers and their orders, without any run."""
     placed = timezone.now() - dt.timedelta(days=9)
     with transaction.atomic():
         for i, (name, email, number, item, total) in enumerate(CUSTOMERS):

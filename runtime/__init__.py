@@ -1,7 +1,11 @@
 """The durable runtime: define agents and tools, run turns durably, and the operator verbs.
 
-Public surface; everything else in this package is internal.
+Public surface; everything else in this package is internal. `AnthropicModel` is imported on
+first use: the `anthropic` SDK takes seconds to import, and only agents that talk to Claude
+need it.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from runtime.agents import Agent, ModelRetry, Recovery, Tool, ToolContext, ask_operator, tool
 from runtime.control import cancel, list_runs, resolve, respond, resume, retry, submit
@@ -22,19 +26,44 @@ from runtime.errors import (
     RetryRejected,
     SessionBusy,
 )
+from runtime.llm import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
 from runtime.registry import register, unregister
+
+if TYPE_CHECKING:
+    from runtime.llm.anthropic import AnthropicModel
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AnthropicModel":
+        from runtime.llm.anthropic import AnthropicModel
+
+        return AnthropicModel
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+
 
 __all__ = [
     "Agent",
     "AgentDefinitionError",
     "AgentOpsError",
+    "AnthropicModel",
     "DurableConflictError",
     "InteractionClosed",
     "InteractionConflict",
     "InvalidInput",
     "InvalidTransition",
     "LeaseLost",
+    "Model",
     "ModelError",
+    "ModelRequest",
+    "ModelResponse",
     "ModelRetry",
     "NotBlocked",
     "NotFound",
@@ -42,8 +71,12 @@ __all__ = [
     "RegistrationError",
     "RetryRejected",
     "SessionBusy",
+    "TextBlock",
+    "ThinkingBlock",
     "Tool",
     "ToolContext",
+    "ToolUseBlock",
+    "Usage",
     "advance",
     "ask_operator",
     "cancel",

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.stack import AGENT_MODULES, BROKER_URL, LAYER_URL, Stack, flush_redis, wait_for
+from tests.browser.stack import AGENT_MODULES, BROKER_URL, LAYER_URL, Stack, wait_for
+from tests.support.redis_db import flush_redis
 
 STRICT = os.environ.get("AGENTOPS_STRICT") == "1"
 CHROMIUM = os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium")

@@ -16,17 +16,20 @@ import contextlib
 import itertools
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from tests.reliability.harness import (
+from tests.reliability.harness import database_env
+from tests.support.processes import (
+    SERVER_READY,
+    WORKER_READY,
     Process,
-    database_env,
     free_port,
+    serve_command,
     wait_until,
+    worker_command,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,13 +65,6 @@ def enqueue(run_id: str) -> None:
         advance_run.apply_async(
             args=[str(run_id)], connection=conn, queue=settings.CELERY_TASK_DEFAULT_QUEUE
         )
-
-
-def flush_redis(*urls: str) -> None:
-    import redis
-
-    for url in urls:
-        redis.Redis.from_url(url).flushdb()
 
 
 class Stack:
@@ -131,34 +127,21 @@ class Stack:
 
     def start_server(self, *, wait: bool = True) -> Process:
         """`manage.py serve` on the stack's port (static files served: no proxy in front)."""
-        command = [sys.executable, "manage.py", "serve", "--insecure", f"127.0.0.1:{self.port}"]
+        command = serve_command(f"127.0.0.1:{self.port}", "--insecure")
         self.server = self._start("server", command, self.env())
         if wait:
-            self.server.wait_for_log("Listening on TCP address", timeout=STARTUP_TIMEOUT)
+            self.server.wait_for_log(SERVER_READY, timeout=STARTUP_TIMEOUT)
         return self.server
 
     def start_worker(self, *, crash_at: str | None = None, wait: bool = True) -> Process:
         """A `celery -A agentops worker`; with `crash_at`, one that kills itself there."""
         assert not self.embedded, "the embedded stack runs its worker inside the server"
         name = "crashing-worker" if crash_at else "worker"
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "agentops",
-            "worker",
-            "--pool=solo",
-            f"--hostname={name}-{next(self._serial)}@%h",
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-        ]
+        command = worker_command(f"{name}-{next(self._serial)}")
         extra = {"AGENTOPS_CRASH_AT": crash_at} if crash_at else {}
         process = self._start(name, command, self.env(extra))
         if wait:
-            process.wait_for_log(" ready.", timeout=STARTUP_TIMEOUT)
+            process.wait_for_log(WORKER_READY, timeout=STARTUP_TIMEOUT)
         if not crash_at:
             self.worker = process
         return process
@@ -169,9 +152,9 @@ class Stack:
             STARTED.append(self)
         server = self.start_server(wait=False)
         worker = None if self.embedded else self.start_worker(wait=False)
-        server.wait_for_log("Listening on TCP address", timeout=STARTUP_TIMEOUT)
+        server.wait_for_log(SERVER_READY, timeout=STARTUP_TIMEOUT)
         if worker is not None:
-            worker.wait_for_log(" ready.", timeout=STARTUP_TIMEOUT)
+            worker.wait_for_log(WORKER_READY, timeout=STARTUP_TIMEOUT)
 
     @staticmethod
     def stop_process(process: Process | None, *, graceful: bool = True) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from agentops.models import Interaction, InteractionStatus, Run
@@ -18,15 +18,9 @@ from runtime import Agent, ModelRetry, ToolContext, ask_operator, cancel, submit
 from runtime.llm.scripted import ScriptedModel, call, say
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import EFFECTS, TOOLS, Amount, Receipt, make_agent, one_call
+from tests.support.personas import CONSOLE_PERSONAS, console_user, logged_in
 
-# persona -> the group the migration created for it (the outsider is in none).
-PERSONAS = {
-    "viewer": "viewers",
-    "approver": "approvers",
-    "reconciler": "reconcilers",
-    "operator": "operators",
-    "outsider": None,
-}
+PERSONAS = list(CONSOLE_PERSONAS)
 HOSTILE = (
     '<script>alert(1)</script><img src=x onerror=alert(2)> <a href="javascript:alert(3)">x</a>'
     ' <div hx-get="/admin/" hx-trigger="load">y</div> ![i](https://evil.example/p.png)'
@@ -135,25 +129,13 @@ def world(define: Callable[..., Agent], effects: Any) -> World:
 
 @pytest.fixture
 def users(db: None) -> dict[str, User]:
-    made = {}
-    for persona, group in PERSONAS.items():
-        user = User.objects.create(username=persona)  # force_login: no password to hash
-        if group:
-            user.groups.add(Group.objects.get(name=group))
-        made[persona] = user
-    return made
+    return {persona: console_user(persona) for persona in CONSOLE_PERSONAS}
 
 
 @pytest.fixture
 def as_user(users: dict[str, User]) -> Callable[[str], Client]:
     """as_user("approver") -> a test client logged in as that persona."""
-
-    def login(persona: str) -> Client:
-        client = Client()
-        client.force_login(users[persona])
-        return client
-
-    return login
+    return lambda persona: logged_in(users[persona])
 
 
 def htmx(**extra: Any) -> dict[str, Any]:

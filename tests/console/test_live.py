@@ -13,6 +13,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from channels_redis.core import RedisChannelLayer
 from django.test import Client
 
 from agentops import live
@@ -21,6 +22,7 @@ from agentops.consumers import LiveConsumer
 from agentops.models import Event
 from runtime import cancel, respond, retry
 from tests.console.conftest import without_csrf
+from tests.support.redis_db import flush_redis
 
 ORIGIN = (b"origin", b"http://testserver")
 
@@ -29,10 +31,27 @@ ORIGIN = (b"origin", b"http://testserver")
 def _publish(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real hook: committed events go to agentops.live.publish, as in production."""
     settings.AGENTOPS_PUBLISH = "agentops.live.publish"
-    async_to_sync(get_channel_layer().flush)()
+    empty_channel_layer()
     # The consumer's database calls run in this thread, inside the test's transaction; Channels
     # closes "old" connections around each of them, which on PostgreSQL would close that one.
     monkeypatch.setattr("channels.db.close_old_connections", lambda: None)
+
+
+def empty_channel_layer() -> None:
+    """Start from no groups and no messages, on either layer.
+
+    The Redis layer keeps a connection pool per event loop, and its `flush()` closes every pool
+    from the calling loop; the publisher's loop (agentops.live) outlives each test, so its pool
+    would be closed from a foreign loop ("attached to a different loop"). The layer's state is
+    all in its Redis database (one of the test run's own), so that database is emptied instead,
+    and each pool stays with the loop that opened it (a loop's pool is closed when it closes).
+    """
+    layer = get_channel_layer()
+    if isinstance(layer, RedisChannelLayer):
+        for host in layer.hosts:
+            flush_redis(host["address"])
+    else:
+        async_to_sync(layer.flush)()
 
 
 def headers(client: Client, origin: tuple[bytes, bytes] = ORIGIN) -> list[tuple[bytes, bytes]]:
@@ -314,7 +333,10 @@ def test_it_publishes_ids_only_through_a_networked_layer_from_any_thread(world, 
     assert sent == [(f"run-{run.pk}", message), ("inbox", message)]
 
 
-def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monkeypatch):
+def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monkeypatch, settings):
+    """The in-memory layer (the embedded setup) reaches this process only; with no socket here,
+    nobody could hear. (The Redis layer reaches every process, so it always publishes.)"""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     scheduled: list[Any] = []
     monkeypatch.setattr(live, "_consumer_loop", None)
     monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", lambda *args: scheduled.append(args))

@@ -12,11 +12,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_readme_tour_works_step_by_step(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "ANTHROPIC_API_KEY"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTOPS_", "DJANGO_", "CELERY_"))
+        and k not in {"DATABASE_URL", "REDIS_URL", "ANTHROPIC_API_KEY"}
+    }
     env |= {
-        "AGENTOPS_SQLITE_PATH": str(tmp_path / "tour.sqlite3"),
+        "AGENTOPS_VAR_DIR": str(tmp_path / "var"),
         "AGENTOPS_DISPATCH": "",
         "AGENTOPS_OPERATOR_PASSWORD": "tour-password",
+        "AGENTOPS_AGENT_ADMIN_PASSWORD": "tour-admin-password",
         "DJANGO_SETTINGS_MODULE": "agentops.settings",
         "PYTHONPATH": str(ROOT),
     }
@@ -50,8 +56,12 @@ def test_the_readme_tour_works_step_by_step(tmp_path):
     assert seen["reconcile_page"] == [True, True]
     assert seen["bad_result"] == [400, "needs_attention"]
     assert seen["reconciled"] == ["completed", 1]
+    # The reader finds the countdown still running, and "Retry now" is what moves it.
+    assert seen["countdown_left_minutes"] >= 30
+    assert seen["timer_not_due"] is True
     assert seen["retry_now_1"] == ["retry_wait", True]
     assert seen["retry_now_2"] == ["waiting", "refund_order"]
     assert seen["board"] == [True, True]
-    assert seen["unregister_refused"] is True
+    assert seen["unregister_refused"] == [True, True]
     assert seen["restored"] == ["completed", "1", 1]
+    assert seen["unregistered_after"] is True

@@ -12,16 +12,28 @@ import django
 
 django.setup()
 
-from django.contrib.auth import get_user_model  # noqa: E402
 from django.test import Client  # noqa: E402
+from django.urls import reverse  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
-from agentops.models import Interaction, Run  # noqa: E402
+from agentops.models import AgentVersion, Interaction, Run  # noqa: E402
 from demo.models import Refund  # noqa: E402
+from runtime import resume  # noqa: E402
 from runtime.testing import run_until_idle  # noqa: E402
 
 seen: dict[str, object] = {}
-operator = Client()
-operator.force_login(get_user_model().objects.get(username="operator"))
+
+
+def log_in(username: str, password: str) -> Client:
+    """Through the login form, as the reader does with a login `make run` printed."""
+    client = Client()
+    done = client.post(reverse("login"), {"username": username, "password": password})
+    assert done.status_code == 302, done.content.decode()[-500:]
+    return client
+
+
+operator = log_in("operator", "tour-password")
+agent_admin = log_in("agent-admin", "tour-admin-password")
 
 
 def pending(kind: str, text: str) -> Interaction:
@@ -85,27 +97,48 @@ operator.post(
 run = run_until_idle(blocked.pk)
 seen["reconciled"] = [run.status, Refund.objects.filter(order__number="1002").count()]
 
-# 4. Watch a retry countdown, then retry now (twice: the outage outlives the first).
+# 4. Watch a retry countdown; it is still counting down however long the reader took to get here
+# (an hour from the seed), then retry now: the provider is still down; retry now again.
 waiting = Run.objects.get(status="retry_wait")
+seen["countdown_left_minutes"] = (waiting.next_attempt_at - timezone.now()).total_seconds() // 60
+seen["timer_not_due"] = str(waiting.pk) not in resume()
 first_due = waiting.next_attempt_at
 operator.post(f"/runs/{waiting.pk}/retry/")
 run = run_until_idle(waiting.pk)
-seen["retry_now_1"] = [run.status, run.next_attempt_at > first_due]
+seen["retry_now_1"] = [
+    run.status,
+    run.next_attempt_at is not None and run.next_attempt_at > first_due,
+]
 operator.post(f"/runs/{waiting.pk}/retry/")
 run = run_until_idle(waiting.pk)
 seen["retry_now_2"] = [run.status, run.interactions.get(status="pending").tool_name]
 
-# 5. Restore a version: the board shows the difference; retry the group; it finishes on v1.
+# 5. Restore a version: the board shows the difference; the agent admin's unregister of version 1
+# is refused while the run needs it; the operator retries the group and it finishes on v1; then
+# the unregister goes through.
 board = operator.get("/versions/").content.decode()
 seen["board"] = ["instructions" in board, "Refund the full order total" in board]
 stopped = Run.objects.get(attention_reason="fingerprint_mismatch")
-refused = operator.post(
-    "/admin/agentops/agentversion/",
-    {"action": "unregister", "_selected_action": "refund-desk:1"},
-    follow=True,
-)
-seen["unregister_refused"] = str(stopped.pk) in refused.content.decode()
+
+
+def unregister_v1() -> str:
+    return agent_admin.post(
+        "/admin/agentops/agentversion/",
+        {"action": "unregister", "_selected_action": "refund-desk:1"},
+        follow=True,
+    ).content.decode()
+
+
+refused = unregister_v1()
+seen["unregister_refused"] = [
+    str(stopped.pk) in refused,
+    AgentVersion.objects.get(agent="refund-desk", version="1").unregistered_at is None,
+]
 operator.post("/versions/refund-desk/1/retry/")
 run = run_until_idle(stopped.pk)
 seen["restored"] = [run.status, run.version, Refund.objects.filter(order__number="1005").count()]
+unregister_v1()
+seen["unregistered_after"] = (
+    AgentVersion.objects.get(agent="refund-desk", version="1").unregistered_at is not None
+)
 print(json.dumps(seen))

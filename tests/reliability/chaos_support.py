@@ -134,7 +134,7 @@ class OwnRedis:
     """A throwaway redis-server on a free port: the machine's shared Redis is never touched."""
 
     def __init__(self, folder: Path) -> None:
-        from tests.reliability.harness import free_port
+        from tests.support.processes import free_port
 
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -145,7 +145,7 @@ class OwnRedis:
     def start(self) -> None:
         import redis
 
-        from tests.reliability.harness import wait_until
+        from tests.support.processes import wait_until
 
         command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--protected-mode", "yes"]

@@ -7,17 +7,9 @@ or the SQLite file in AGENTOPS_SQLITE_PATH) and a Redis broker on its own DB ind
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime as dt
 import itertools
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,14 +26,20 @@ from tests.reliability.agents import (
     Records,
     read_records,
 )
+from tests.support.processes import (
+    REPO,
+    SERVER_READY,
+    WORKER_READY,
+    Process,
+    serve_command,
+    worker_command,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 BROKER_URL = os.environ.get("AGENTOPS_TEST_BROKER_URL", "redis://127.0.0.1:6379/1")
 # Short enough to keep the suite fast, long enough for a loaded CI machine.
 LEASE_SECONDS = 2.0
 SWEEP_SECONDS = 0.5
 VISIBILITY_TIMEOUT = 2.0
-STARTUP_TIMEOUT = 60.0
 
 # Events that end a worker's hold on a run (it left `running`).
 RELEASES = {
@@ -56,31 +54,6 @@ RELEASES = {
 }
 
 
-# Linux: a child asks for SIGKILL when its parent dies, so no worker outlives a killed test run.
-# Looked up here, before any fork: the child only makes the call.
-_PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def wait_until(
-    predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05
-) -> Any:
-    """Poll `predicate` until it returns something truthy; fail naming `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
 def database_env() -> dict[str, str]:
     """Environment that points a subprocess at the database this test is using."""
     db = connection.settings_dict
@@ -92,81 +65,6 @@ def database_env() -> dict[str, str]:
         port = f":{db['PORT']}" if db["PORT"] else ""
         return {"DATABASE_URL": f"postgres://{credentials}@{host}{port}/{db['NAME']}"}
     return {"AGENTOPS_SQLITE_PATH": str(db["NAME"])}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Process:
-    """One started process (a worker, or `manage.py serve`) and its log."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    @classmethod
-    def start(cls, name: str, command: list[str], env: dict[str, str], log: Path) -> Process:
-        """Start `command` in its own session, output to `log`; it dies with this process."""
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - one libc call, no locks
-            )
-        return cls(name, popen, log)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def wait_for_log(self, needle: str, *, timeout: float = STARTUP_TIMEOUT) -> None:
-        def seen() -> bool:
-            if needle in self.text():
-                return True
-            if not self.alive():
-                raise AssertionError(
-                    f"{self.name} exited ({self.popen.returncode}) before logging {needle!r}:\n"
-                    + self.text()[-3000:]
-                )
-            return False
-
-        wait_until(seen, timeout=timeout, what=f"{self.name} to log {needle!r}")
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"{self.name} still running after {timeout:.0f}s:\n{self.text()[-3000:]}"
-            ) from None
-
-    def send(self, sig: int) -> None:
-        os.killpg(self.popen.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group and reap it."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(10)
-
-    def count(self, needle: str) -> int:
-        return self.text().count(needle)
 
 
 class Cluster:
@@ -232,24 +130,10 @@ class Cluster:
             # Test-only: the fence check removed, and the paused worker's writes logged.
             extra[NO_FENCE_ENV] = "1"
             extra[FENCE_LOG_ENV] = "1"
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "agentops",
-            "worker",
-            f"--pool={pool}",
-            f"--concurrency={concurrency}",
-            f"--hostname={name}@%h",
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-            "--include=tests.reliability.agents",
-        ]
+        options = ["--include=tests.reliability.agents"]
         if queues:
-            command.append(f"--queues={queues}")
+            options.append(f"--queues={queues}")
+        command = worker_command(name, pool=pool, concurrency=concurrency, options=tuple(options))
         process = self._start(name, command, self._env(extra))
         if wait:
             self.wait_ready(process)
@@ -257,17 +141,17 @@ class Cluster:
 
     def wait_ready(self, *processes: Process) -> None:
         for process in processes:
-            process.wait_for_log(" ready.")
+            process.wait_for_log(WORKER_READY)
 
     def serve(
         self, name: str, *, port: int, crash_at: str | None = None, wait: bool = True
     ) -> Process:
         """Start `manage.py serve` (console + embedded worker, memory:// broker)."""
         extra = {"AGENTOPS_CRASH_AT": crash_at} if crash_at else {}
-        command = [sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"]
+        command = serve_command(f"127.0.0.1:{port}")
         process = self._start(name, command, self._env(extra))
         if wait:
-            process.wait_for_log("Listening on TCP address")
+            process.wait_for_log(SERVER_READY)
         return process
 
     def stop_all(self) -> None:

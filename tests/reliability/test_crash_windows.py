@@ -15,7 +15,8 @@ import pytest
 from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime import submit
 from tests.reliability.agents import POLICY_TOOLS, Records, one_call
-from tests.reliability.harness import Cluster, holds, settled, wait_until
+from tests.reliability.harness import Cluster, holds, settled
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

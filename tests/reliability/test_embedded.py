@@ -20,14 +20,8 @@ from agentops.models import Run, RunStatus
 from agentops.tasks import advance_run
 from runtime import submit
 from tests.reliability.agents import EFFECTS_ENV, one_call, read_records
-from tests.reliability.harness import (
-    Cluster,
-    free_port,
-    holds,
-    overlapping_spans,
-    settled,
-    wait_until,
-)
+from tests.reliability.harness import Cluster, holds, overlapping_spans, settled
+from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +43,7 @@ def embedded(
     settings.AGENTOPS_HEARTBEAT = True
     settings.AGENTOPS_SWEEP_SECONDS = 0.5
     previous = (app.conf.broker_url, app.conf.broker_transport_options)
-    app.conf.broker_url = "memory://"
+    app.conf.broker_url = "memory://localhost/"
     app.conf.broker_transport_options = {"polling_interval": 0.05}
     _purge()
     delivered: list[tuple[str, bool]] = []

@@ -16,15 +16,8 @@ from django.db import DatabaseError, transaction
 from agentops.models import Event, Operation, Run, RunStatus
 from runtime import submit
 from tests.reliability.agents import one_call, plan
-from tests.reliability.harness import (
-    LEASE_SECONDS,
-    Cluster,
-    Process,
-    holds,
-    overlapping_spans,
-    settled,
-    wait_until,
-)
+from tests.reliability.harness import LEASE_SECONDS, Cluster, holds, overlapping_spans, settled
+from tests.support.processes import Process, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

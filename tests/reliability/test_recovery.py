@@ -14,7 +14,8 @@ from agentops.models import Event, Operation, Run, RunStatus
 from runtime import engine, store, submit
 from runtime.testing import expire_lease
 from tests.reliability.agents import EFFECTS_ENV, RETRY_DELAY, one_call, plan
-from tests.reliability.harness import SWEEP_SECONDS, Cluster, holds, settled, wait_until
+from tests.reliability.harness import SWEEP_SECONDS, Cluster, holds, settled
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

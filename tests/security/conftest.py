@@ -6,37 +6,24 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from agentops.models import AgentVersion, Event, Interaction, Operation, Run, Session
 from tests.console.conftest import World, as_user, users, world
+from tests.support.personas import ALL_PERSONAS, agent_admin, logged_in
 
 __all__ = ["as_user", "everything", "personas", "users", "world"]
 
 # Every persona of the matrix; `agent_admin` manages versions in the admin and sees runs.
-PERSONAS = ("viewer", "approver", "reconciler", "operator", "agent_admin", "outsider")
+PERSONAS = ALL_PERSONAS
 
 
 @pytest.fixture
 def personas(users: dict[str, User]) -> Callable[[str], Client]:
     """personas("agent_admin") -> a logged-in client; "anonymous" -> a client with no login."""
-    admin = User.objects.create(username="agent_admin", is_staff=True)
-    admin.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="agentops",
-            codename__in=["manage_agentversion", "view_agentversion", "view_run"],
-        )
-    )
-    everyone = {**users, "agent_admin": admin}
-
-    def login(persona: str, **client_options: Any) -> Client:
-        client = Client(**client_options)
-        if persona != "anonymous":
-            client.force_login(everyone[persona])
-        return client
-
-    return login
+    everyone: dict[str, User | None] = {**users, "agent_admin": agent_admin(), "anonymous": None}
+    return lambda persona, **client_options: logged_in(everyone[persona], **client_options)
 
 
 def everything() -> tuple[Any, ...]:

@@ -11,49 +11,36 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from agentops.models import Run, RunStatus
 from runtime import respond, submit
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, call, make_agent, say
+from tests.support import personas
+from tests.support.personas import logged_in, user_with
 
 CHANGELIST = "/admin/agentops/agentversion/"
 
 
-def _user(username: str, *codenames: str, staff: bool = False) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=staff)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="agentops", codename__in=codenames)
-    )
-    return user
-
-
-def _client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
 def agent_admin(db: None) -> Client:
-    return _client(_user("ada", "manage_agentversion", "view_agentversion", "view_run", staff=True))
+    return logged_in(personas.agent_admin("ada"))
 
 
 @pytest.fixture
 def staff_viewer(db: None) -> Client:
-    return _client(_user("sam", "view_agentversion", "view_run", staff=True))
+    return logged_in(user_with("sam", "view_agentversion", "view_run", staff=True))
 
 
 @pytest.fixture
 def operator(db: None) -> Client:
-    return _client(_user("olga", "control_run", "view_run"))
+    return logged_in(user_with("olga", "control_run", "view_run"))
 
 
 @pytest.fixture
 def viewer(db: None) -> Client:
-    return _client(_user("vic", "view_run"))
+    return logged_in(user_with("vic", "view_run"))
 
 
 def approval_script() -> list[Any]:

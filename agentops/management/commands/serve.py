@@ -9,10 +9,14 @@ With a real broker (Redis) this serves the console only; runs are executed by
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from daphne.management.commands.runserver import Command as DaphneRunserver
+from daphne.server import Server
+from django.apps import apps
 from django.conf import settings
+from django.core.management.base import CommandError
 
 from agentops.celery import EmbeddedWorker
 
@@ -45,8 +49,18 @@ class Command(DaphneRunserver):
             default=None,
             help="Task threads of the embedded worker (default AGENTOPS_EMBEDDED_CONCURRENCY).",
         )
+        parser.add_argument(
+            "--demo-login",
+            action="store_true",
+            help="Once the console listens, print the demo's logins (what `make run` uses).",
+        )
 
     def inner_run(self, *args: Any, **options: Any) -> None:
+        if options["demo_login"]:
+            if not apps.is_installed("demo"):
+                raise CommandError("--demo-login needs the demo (AGENTOPS_DEMO=1)")
+            # Printed last, when the port is bound: what a newcomer needs next, not lost above.
+            self.server_cls = functools.partial(Server, ready_callable=self._print_demo_logins)
         worker = None
         if options["embedded_worker"] and settings.EMBEDDED_BROKER:
             worker = EmbeddedWorker(
@@ -68,6 +82,18 @@ class Command(DaphneRunserver):
         finally:
             if worker is not None:
                 worker.stop()
+
+    def _print_demo_logins(self) -> None:
+        from demo.logins import logins
+
+        address = f"[{self.addr}]" if self._raw_ipv6 else self.addr
+        lines = [f"The console is up: {self.protocol}://{address}:{self.port}/"]
+        lines += [f"  {login.role:<12} {login.username} / {login.password}" for login in logins()]
+        lines.append("Stop it with Ctrl-C; `make run` again keeps the data and the logins.")
+        width = max(len(line) for line in lines)
+        rule = "=" * width
+        self.stdout.write("\n".join(["", rule, *lines, rule, ""]))
+        self.stdout.flush()
 
     def get_application(self, options: dict[str, Any]) -> Any:
         # The embedded setup is the one-command install: it serves its own static files.

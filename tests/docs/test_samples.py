@@ -1,0 +1,123 @@
+"""Every code sample of the README and docs/ runs as written, so none can drift from the code.
+
+The convention, for whoever writes a page:
+- A ```python block runs. The python blocks of one page run in order in one namespace, as a
+  reader follows along, against a test database holding the demo's orders.
+- A ```sh block runs when every line is a `python manage.py …` command (in a fresh embedded
+  setup of its own).
+- Any other block that cannot run as written is marked on the line just above its fence with
+  `<!-- sample: not run (the reason) -->`, and nothing else is skipped. A fence without a
+  language is text (a tree, a diagram), not code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from demo.seed import create_orders
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+NOT_RUN = re.compile(r"<!-- sample: not run \((?P<reason>[^)]+)\) -->\s*$")
+RUNNABLE_SHELL = re.compile(r"^python manage\.py [\w-]+( [\w=./:-]+)*$")
+
+
+@dataclass(frozen=True)
+class Sample:
+    page: str
+    line: int
+    lang: str
+    code: str
+    not_run: str  # the reason given for not running it, or ""
+
+
+def samples(page: Path) -> list[Sample]:
+    text = page.read_text()
+    found = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        marked = NOT_RUN.search(before)
+        found.append(
+            Sample(
+                page=page.relative_to(REPO).as_posix(),
+                line=text.count("\n", 0, match.start()) + 1,
+                lang=match["lang"],
+                code=textwrap.dedent(match["body"]),
+                not_run=marked["reason"] if marked else "",
+            )
+        )
+    return found
+
+
+def _pages() -> list[pytest.ParameterSet]:
+    return [pytest.param(page, id=page.relative_to(REPO).as_posix()) for page in PAGES]
+
+
+def test_the_pages_have_the_samples_this_test_runs() -> None:
+    """The extraction finds code where there is some (an empty result would pass everything)."""
+    found = {page.name: samples(page) for page in PAGES}
+    assert [s.lang for s in found["README.md"] if not s.not_run] == ["python", "python", ""]
+    assert sum(s.lang == "python" for s in found["reference.md"]) == 3
+    assert [s.lang for s in found["deployment.md"] if not s.not_run] == ["sh", "python"]
+    assert {s.not_run for s in found["README.md"] if s.lang == "sh"} == {
+        "make run serves until stopped; make test is the suite itself"
+    }
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_every_block_either_runs_or_says_why_not(page: Path) -> None:
+    for sample in samples(page):
+        where = f"{sample.page}:{sample.line}"
+        if sample.not_run or sample.lang in ("", "python"):
+            continue
+        assert sample.lang == "sh", f"{where}: a ```{sample.lang} block: python, sh or text"
+        for line in sample.code.splitlines():
+            assert RUNNABLE_SHELL.match(line), (
+                f"{where}: {line!r} is not a manage.py command; make it one, or mark the block "
+                "<!-- sample: not run (why) -->"
+            )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("page", _pages())
+def test_the_python_samples_of_each_page_run_as_written(page: Path) -> None:
+    create_orders()
+    namespace: dict[str, object] = {"__name__": f"sample_{page.stem}"}
+    for sample in samples(page):
+        if sample.lang != "python" or sample.not_run:
+            continue
+        compiled = compile(sample.code, f"{sample.page}:{sample.line}", "exec")
+        exec(compiled, namespace)
+
+
+@pytest.mark.parametrize("page", _pages())
+def test_the_shell_samples_of_each_page_run_as_written(page: Path, tmp_path: Path) -> None:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AGENTOPS_", "DJANGO_", "CELERY_"))
+        and key not in {"DATABASE_URL", "REDIS_URL", "ANTHROPIC_API_KEY"}
+    }
+    env["AGENTOPS_VAR_DIR"] = str(tmp_path / "var")
+    for sample in samples(page):
+        if sample.lang != "sh" or sample.not_run:
+            continue
+        for line in sample.code.splitlines():
+            command = [sys.executable, *shlex.split(line)[1:]]
+            done = subprocess.run(
+                command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
+            )
+            assert done.returncode == 0, f"{sample.page}:{sample.line}: {line}\n{done.stderr}"

@@ -1,0 +1,54 @@
+"""The people of the tests, defined once: who each persona is and what it may do.
+
+Console personas are members of the groups the migration creates (as real operators are); the
+agent admin is staff with the agent-version permissions; `user_with` makes anyone else from
+permission names. Users are created without a password (tests log in with `force_login`).
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group, Permission, User
+from django.test import Client
+
+# persona -> the group the migration created for it (the outsider is in none).
+CONSOLE_PERSONAS: dict[str, str | None] = {
+    "viewer": "viewers",
+    "approver": "approvers",
+    "reconciler": "reconcilers",
+    "operator": "operators",
+    "outsider": None,
+}
+# The admin's agent-version pages, and the runs they link to.
+AGENT_ADMIN_PERMISSIONS = ("manage_agentversion", "view_agentversion", "view_run")
+# Every persona of the authorization matrix.
+ALL_PERSONAS = (*[p for p in CONSOLE_PERSONAS if p != "outsider"], "agent_admin", "outsider")
+
+
+def user_with(username: str, *codenames: str, staff: bool = False) -> User:
+    """A user holding the agentops permissions `codenames` directly."""
+    user = User.objects.create(username=username, is_staff=staff)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="agentops", codename__in=codenames)
+    )
+    return user
+
+
+def console_user(persona: str) -> User:
+    """The console persona `persona`, named after it, in its group."""
+    user = User.objects.create(username=persona)
+    group = CONSOLE_PERSONAS[persona]
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+def agent_admin(username: str = "agent_admin") -> User:
+    return user_with(username, *AGENT_ADMIN_PERMISSIONS, staff=True)
+
+
+def logged_in(user: User | None, **client_options: object) -> Client:
+    """A test client logged in as `user` (None: anonymous)."""
+    client = Client(**client_options)
+    if user is not None:
+        client.force_login(user)
+    return client
