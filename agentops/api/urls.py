@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import URLPattern
+from django.urls import URLPattern, URLResolver
 
 from agentops.api.endpoints import api
 from agentops.api.errors import body
@@ -30,9 +30,11 @@ def _json_405(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     return wrapped
 
 
-def _patterns() -> list[URLPattern]:
+def _patterns() -> list[URLPattern | URLResolver]:
     patterns, _ninja, _namespace = api.urls
     for pattern in patterns:
+        # ninja's urls are plain patterns, each with its view.
+        assert isinstance(pattern, URLPattern) and pattern.callback is not None
         pattern.callback = _json_405(pattern.callback)
     return patterns
 

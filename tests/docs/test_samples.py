@@ -4,7 +4,9 @@ The convention, for whoever writes a page:
 - A ```python block runs. The python blocks of one page run in order in one namespace, as a
   reader follows along, against a test database holding the demo's orders.
 - A ```sh block runs when every line is a `python manage.py …` command (in a fresh embedded
-  setup of its own).
+  setup of its own), or when every line calls the HTTP API (`curl "$AGENTOPS_URL/…"` or the
+  `agentops` command): those run against a live server holding the demo's agents, with a token
+  of every scope in AGENTOPS_TOKEN, and must succeed.
 - Any other block that cannot run as written is marked on the line just above its fence with
   `<!-- sample: not run (the reason) -->`, and nothing else is skipped. A fence without a
   language is text (a tree, a diagram), not code.
@@ -20,6 +22,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +36,9 @@ FENCE = re.compile(
 )
 NOT_RUN = re.compile(r"<!-- sample: not run \((?P<reason>[^)]+)\) -->\s*$")
 RUNNABLE_SHELL = re.compile(r"^python manage\.py [\w-]+( [\w=./:-]+)*$")
+API_SHELL = re.compile(
+    r'^(curl -sf (-X POST )?"\$AGENTOPS_URL/api/v1/|agentops( --json)? [a-z]+( |$))'
+)
 
 
 @dataclass(frozen=True)
@@ -85,15 +91,29 @@ def test_every_block_either_runs_or_says_why_not(page: Path) -> None:
             continue
         assert sample.lang == "sh", f"{where}: a ```{sample.lang} block: python, sh or text"
         for line in sample.code.splitlines():
-            assert RUNNABLE_SHELL.match(line), (
+            assert RUNNABLE_SHELL.match(line) or API_SHELL.match(line), (
                 f"{where}: {line!r} is not a manage.py command; make it one, or mark the block "
                 "<!-- sample: not run (why) -->"
             )
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.fixture
+def api_reader(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the API page's reader has: a running server with the demo's agents registered, and
+    a token with every scope."""
+    from demo.agents import refund_desk_v1, refund_desk_v2
+    from runtime import register
+    from tests.api.conftest import make_account, make_token
+
+    register([refund_desk_v1, refund_desk_v2], actor="docs")
+    monkeypatch.setenv("AGENTOPS_URL", live_server.url)
+    monkeypatch.setenv("AGENTOPS_TOKEN", make_token(make_account("docs")))
+
+
+# A live server commits for real: serialized_rollback brings the migrations' groups back.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 @pytest.mark.parametrize("page", _pages())
-def test_the_python_samples_of_each_page_run_as_written(page: Path) -> None:
+def test_the_python_samples_of_each_page_run_as_written(page: Path, api_reader: None) -> None:
     create_orders()
     namespace: dict[str, object] = {"__name__": f"sample_{page.stem}"}
     for sample in samples(page):
@@ -116,8 +136,34 @@ def test_the_shell_samples_of_each_page_run_as_written(page: Path, tmp_path: Pat
         if sample.lang != "sh" or sample.not_run:
             continue
         for line in sample.code.splitlines():
+            if API_SHELL.match(line):
+                continue  # run against a live server by the test below
             command = [sys.executable, *shlex.split(line)[1:]]
             done = subprocess.run(
                 command, cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
             )
             assert done.returncode == 0, f"{sample.page}:{sample.line}: {line}\n{done.stderr}"
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.parametrize("page", _pages())
+def test_the_api_shell_samples_of_each_page_run_as_written(page: Path, api_reader: None) -> None:
+    create_orders()
+    # The `agentops` command installed beside this interpreter, as `make install` puts it.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for sample in samples(page):
+        if sample.lang != "sh" or sample.not_run:
+            continue
+        for line in sample.code.splitlines():
+            if not API_SHELL.match(line):
+                continue
+            done = subprocess.run(
+                ["bash", "-c", line],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, f"{sample.page}:{sample.line}: {line}\n{done.stderr}"
+            assert done.stdout.strip(), f"{sample.page}:{sample.line}: {line} printed nothing"
