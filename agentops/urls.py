@@ -6,4 +6,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("agentops.urls_console")),
     path("versions/", include("agentops.urls_versions")),
+    path("", include("agentops.integrations.urls")),
 ]
