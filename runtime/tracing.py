@@ -23,6 +23,10 @@ def configure(provider: trace.TracerProvider | None) -> None:
     _tracer = provider.get_tracer("agentops.runtime") if provider is not None else None
 
 
+def enabled() -> bool:
+    return _tracer is not None
+
+
 class SpanHandle:
     """What the engine tells a span after the call: the model's response, a tool's outcome."""
 

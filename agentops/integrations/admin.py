@@ -179,7 +179,7 @@ class NotificationRouteAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if form.cleaned_data.get("slack_url"):
             notifications.set_slack_url(obj, form.cleaned_data["slack_url"])
-        super().save_model(request, obj, form, change)
+        notifications.save_route(obj)
 
 
 class PreferenceForm(forms.ModelForm):

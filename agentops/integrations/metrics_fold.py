@@ -77,8 +77,8 @@ def count_delivery(outcome: str) -> None:
 def fold(limit: int) -> int:
     """Fold the next settled events into the counters; how many events were read."""
     with transaction.atomic():
-        OutboxCursor.objects.get_or_create(name=CURSOR)
-        cursor = OutboxCursor.objects.select_for_update().get(name=CURSOR)
+        # From the oldest event: the counters count the whole history.
+        cursor = outbox.locked_cursor(CURSOR, start_at_newest=False)
         ids, position = outbox.settled_events(cursor.position, limit=limit)
         if not ids:
             return 0

@@ -51,11 +51,18 @@ def set_slack_url(route: NotificationRoute, url: str) -> None:
     route.slack_url_hint = secrets.hint(url)
 
 
+def save_route(route: NotificationRoute) -> None:
+    """Save a route; the first one starts the notifier's cursor at the newest event, so turning
+    notifications on does not send the whole history."""
+    with transaction.atomic():
+        outbox.locked_cursor(CURSOR, start_at_newest=True)
+        route.save()
+
+
 def dispatch(limit: int) -> int:
     """Make the notifications of the settled events after the cursor; how many were made."""
     with transaction.atomic():
-        OutboxCursor.objects.get_or_create(name=CURSOR)
-        cursor = OutboxCursor.objects.select_for_update().get(name=CURSOR)
+        cursor = outbox.locked_cursor(CURSOR, start_at_newest=True)
         ids, position = outbox.settled_events(cursor.position, limit=limit)
         if not ids:
             return 0

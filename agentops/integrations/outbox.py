@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
-from agentops.integrations.models import MessageStatus, OutboundMessage
+from agentops.integrations.models import MessageStatus, OutboundMessage, OutboxCursor
 from agentops.models import Event
 from runtime import clock
 
@@ -44,6 +44,19 @@ def settled_events(position: int, *, limit: int) -> tuple[list[int], int]:
         taken.append(event_id)
         expected = event_id + 1
     return taken, (taken[-1] if taken else position)
+
+
+def locked_cursor(name: str, *, start_at_newest: bool) -> OutboxCursor:
+    """The named cursor, locked until the end of the transaction; made on first use, either
+    after the newest event (only what happens from now on) or before the oldest (everything)."""
+    if not OutboxCursor.objects.filter(name=name).exists():
+        ids = Event.objects.order_by("-pk" if start_at_newest else "pk").values_list(
+            "pk", flat=True
+        )
+        first = ids.first()
+        position = 0 if first is None else (first if start_at_newest else first - 1)
+        OutboxCursor.objects.get_or_create(name=name, defaults={"position": position})
+    return OutboxCursor.objects.select_for_update().get(name=name)
 
 
 def events_by_id(ids: list[int], kinds: set[str] | None = None) -> list[Event]:

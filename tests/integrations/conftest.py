@@ -13,6 +13,10 @@ from runtime.testing import run_until_idle
 from tests.conftest import make_agent, one_call
 from tests.integrations.receiver import Receiver
 
+# The SQLite test database in a file, as the reliability tests have it: the worker processes of
+# test_worker_kill.py must share it.
+from tests.reliability.conftest import pytest_configure  # noqa: F401
+
 
 @pytest.fixture(autouse=True)
 def _integration_settings(settings: Any) -> None:

@@ -17,7 +17,7 @@ from agentops.integrations.models import (
     NotificationPreference,
     NotificationRoute,
 )
-from agentops.models import Interaction, InteractionStatus, RunStatus
+from agentops.models import InteractionStatus, RunStatus
 from runtime import store
 from tests.integrations.receiver import Answer, Receiver
 
@@ -38,13 +38,13 @@ def route(group, channel, kinds, slack_url=""):
     made = NotificationRoute(name=f"{channel} route", kinds=kinds, group=group, channel=channel)
     if slack_url:
         notifications.set_slack_url(made, slack_url)
-    made.save()
+    notifications.save_route(made)
     return made
 
 
 def test_slack_gets_block_kit_with_tool_arguments_agent_and_link(approvers, approval_run, receiver):
     route(approvers, Channel.SLACK, ["approval_requested"], receiver.url)
-    run, interaction = approval_run()
+    _run, interaction = approval_run()
     pump.drain()
 
     assert len(receiver.received) == 1
