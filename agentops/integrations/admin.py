@@ -37,7 +37,7 @@ def _secret_page(request: HttpRequest, obj: Any, secret: str, title: str) -> Htt
             **admin.site.each_context(request),
         },
     )
-    # Not kept by any cache between here and the person.
+    # Not kept by any cache between here and the person (the admin adds its own never-cache).
     response["Cache-Control"] = "no-store"
     return response
 
