@@ -24,6 +24,8 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
+from agentops.integrations.worker import OutboxSweep
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ class Sweep(bootsteps.StartStopStep):
 
 
 app.steps["worker"].add(Sweep)
+# Webhooks, notifications and the metrics fold: agentops/integrations/worker.py.
+app.steps["worker"].add(OutboxSweep)
 
 
 class EmbeddedWorker:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 import secrets
 from pathlib import Path
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "agentops",
     # The HTTP API at /api/v1/, its service accounts and tokens (docs/api.md).
     "agentops.api",
+    "agentops.integrations",
 ]
 # The refund desk demo (its payments tables and agent); AGENTOPS_DEMO=0 leaves it out.
 AGENTOPS_DEMO = env_bool("AGENTOPS_DEMO", default=True)
@@ -331,3 +333,54 @@ if AGENTOPS_PRODUCTION:
         # domain owner's decision, so it is opt-in (AGENTOPS_HSTS_PRELOAD=1), not a default.
         [] if SECURE_HSTS_PRELOAD else ["security.W021"]
     )
+
+# --- Integrations: webhooks, notifications, metrics, traces, cost (docs/integrations.md) ---------
+# Key that encrypts stored webhook secrets and Slack URLs (default: derived from SECRET_KEY).
+AGENTOPS_INTEGRATIONS_KEY = env_str("AGENTOPS_INTEGRATIONS_KEY")
+# Base of the links in notifications (the console's address as people reach it).
+AGENTOPS_CONSOLE_URL = env_str("AGENTOPS_CONSOLE_URL", "http://localhost:8000")
+# Every worker's outbox sweep: fold metrics, make deliveries and notifications, hand out sends.
+AGENTOPS_OUTBOX_SECONDS = env_float("AGENTOPS_OUTBOX_SECONDS", 2.0)
+AGENTOPS_OUTBOX_BATCH = int(env_float("AGENTOPS_OUTBOX_BATCH", 500))
+# A hole in the event ids older than this is a rolled-back insert, not a commit still to come.
+AGENTOPS_OUTBOX_GAP_SECONDS = env_float("AGENTOPS_OUTBOX_GAP_SECONDS", 60.0)
+# How long a sender holds a claimed message before another may send it again.
+AGENTOPS_OUTBOX_CLAIM_SECONDS = env_float("AGENTOPS_OUTBOX_CLAIM_SECONDS", 60.0)
+# Retries: BACKOFF * 2**(attempt-1) seconds, capped; after MAX_ATTEMPTS a message has failed
+# (and a webhook subscription is disabled and flagged). The defaults span about a day.
+AGENTOPS_OUTBOX_BACKOFF_SECONDS = env_float("AGENTOPS_OUTBOX_BACKOFF_SECONDS", 5.0)
+AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS = env_float("AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS", 3600.0)
+AGENTOPS_OUTBOX_MAX_ATTEMPTS = int(env_float("AGENTOPS_OUTBOX_MAX_ATTEMPTS", 30))
+AGENTOPS_RESPONSE_EXCERPT_CHARS = int(env_float("AGENTOPS_RESPONSE_EXCERPT_CHARS", 500))
+# Webhook and Slack destinations: private, loopback and link-local addresses are refused unless
+# inside one of these networks (CIDR, comma-separated), e.g. "10.0.0.0/8".
+AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = env_list("AGENTOPS_OUTBOUND_ALLOWED_NETWORKS", [])
+AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = env_float("AGENTOPS_OUTBOUND_TIMEOUT_SECONDS", 10.0)
+# /metrics: a bearer token, or the networks (CIDR) a scraper may come from; neither = refused.
+AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN")
+AGENTOPS_METRICS_ALLOWED_NETWORKS = env_list("AGENTOPS_METRICS_ALLOWED_NETWORKS", [])
+# Events folded into the counters per scrape (the sweeps fold too).
+AGENTOPS_METRICS_FOLD_BATCH = int(env_float("AGENTOPS_METRICS_FOLD_BATCH", 5000))
+# Traces: OTLP over HTTP to this endpoint (e.g. http://collector:4318/v1/traces); empty = off.
+AGENTOPS_OTLP_ENDPOINT = env_str("AGENTOPS_OTLP_ENDPOINT")
+AGENTOPS_OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "agentops")
+# Dollars per million tokens, per model. A model missing here has an unknown cost (never 0).
+# Check them against the provider's price list; AGENTOPS_MODEL_PRICES_JSON replaces the table.
+AGENTOPS_MODEL_PRICES: dict[str, dict[str, float]] = {
+    "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_write": 18.75, "cache_read": 1.5},
+    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.3},
+    "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_write": 1.25, "cache_read": 0.1},
+}
+if env_str("AGENTOPS_MODEL_PRICES_JSON"):
+    try:
+        AGENTOPS_MODEL_PRICES = json.loads(env_str("AGENTOPS_MODEL_PRICES_JSON"))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"AGENTOPS_MODEL_PRICES_JSON is not JSON: {exc}") from None
+# Email notifications: Django's email settings (SMTP by default).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(env_float("EMAIL_PORT", 25))
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agentops@localhost")

@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("agentops.urls_console")),
     path("versions/", include("agentops.urls_versions")),
     path("api/v1/", include("agentops.api.urls")),
+    path("", include("agentops.integrations.urls")),
 ]

@@ -32,7 +32,7 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import clock, faults, jsonvalues, registry, store
+from runtime import clock, faults, jsonvalues, registry, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
@@ -61,7 +61,7 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
     if run is None:
         return False
     try:
-        with _Heartbeat(run):
+        with _Heartbeat(run), tracing.run_span(run):
             _Turn(run).execute()
     except LeaseLost:
         log.warning("run %s: lease lost, stopping without further writes", run_id)
@@ -230,9 +230,11 @@ class _Turn:
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, "model")
         try:
-            response = registry.model_client(agent).complete(
-                request, operation_id=_op_id(self.run, key)
-            )
+            with tracing.model_span(self.run, key, request) as span:
+                response = registry.model_client(agent).complete(
+                    request, operation_id=_op_id(self.run, key)
+                )
+                span.model_response(response)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
             jsonvalues.check(response.model_dump(mode="json"), what="model output")
         except LeaseLost:
@@ -378,7 +380,9 @@ class _Turn:
         )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
-        result, is_error = self._invoke(tool, args, op)
+        with tracing.tool_span(self.run, op) as span:
+            result, is_error = self._invoke(tool, args, op)
+            span.tool_outcome(is_error)
         faults.reach("after_handler", self.run, key, tool.name)
         store.write_outcome(
             self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=is_error

@@ -12,8 +12,9 @@ from agentops.models import Run
 from runtime import clock, submit
 from tests.console.conftest import htmx
 
-# session, user, the user's and the groups' permissions; then the known versions and one page.
-RUNS_QUERIES = 6
+# session, user, the user's and the groups' permissions; then the known versions, one page, and
+# the page's cost (one query for all its runs).
+RUNS_QUERIES = 7
 
 
 def listed(html: str) -> list[str]:

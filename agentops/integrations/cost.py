@@ -1,0 +1,123 @@
+"""Token usage and what it cost, from the operations' recorded usage and the price table.
+
+AGENTOPS_MODEL_PRICES maps a model name to its prices in dollars per million tokens for input,
+output, cache writes and cache reads. A model missing from it has an unknown cost: shown as
+unknown, never as 0, and a total that includes such a model is unknown too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models.functions import TruncDate
+
+from agentops.models import Operation, OperationKind, OperationStatus
+
+# usage field -> price key
+PRICED_FIELDS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_creation_input_tokens": "cache_write",
+    "cache_read_input_tokens": "cache_read",
+}
+MILLION = Decimal(1_000_000)
+
+
+@dataclass
+class Usage:
+    """Tokens by usage field, and their cost in dollars (None when a model has no price)."""
+
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PRICED_FIELDS, 0))
+    cost: Decimal | None = Decimal(0)
+    unpriced_models: set[str] = field(default_factory=set)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens.values())
+
+    def add(self, model: str, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        counted = {
+            name: amount
+            for name in PRICED_FIELDS
+            if isinstance(amount := usage.get(name), int) and amount > 0
+        }
+        for name, amount in counted.items():
+            self.tokens[name] += amount
+        price = price_of(model, counted)
+        if price is None:
+            if counted:
+                self.unpriced_models.add(model)
+                self.cost = None
+        elif self.cost is not None:
+            self.cost += price
+
+
+def prices() -> dict[str, dict[str, float]]:
+    return settings.AGENTOPS_MODEL_PRICES
+
+
+def price_of(model: str, tokens: dict[str, int]) -> Decimal | None:
+    """The cost of these tokens of `model`, or None if the model (or a used rate) has no price."""
+    table = prices().get(model)
+    if table is None:
+        return None
+    total = Decimal(0)
+    for name, amount in tokens.items():
+        rate = table.get(PRICED_FIELDS[name])
+        if rate is None:
+            return None
+        total += Decimal(str(rate)) * amount / MILLION
+    return total
+
+
+def _model_usages(operations: Any) -> Iterable[tuple[Any, str, Any]]:
+    return operations.filter(
+        kind=OperationKind.MODEL, status=OperationStatus.COMPLETED, usage__isnull=False
+    ).values_list("run_id", "name", "usage")
+
+
+def for_runs(run_ids: Iterable[Any]) -> dict[Any, Usage]:
+    """Usage and cost of each run (one query)."""
+    usages: dict[Any, Usage] = {}
+    ids = list(run_ids)
+    if not ids:
+        return usages
+    for run_id, model, usage in _model_usages(Operation.objects.filter(run_id__in=ids)):
+        usages.setdefault(run_id, Usage()).add(model, usage)
+    return usages
+
+
+def for_run(run_id: Any) -> Usage:
+    return for_runs([run_id]).get(run_id, Usage())
+
+
+def by_agent_and_day(since: dt.datetime, until: dt.datetime) -> dict[tuple[str, dt.date], Usage]:
+    """Usage and cost per (agent, day of the request's outcome), between `since` and `until`."""
+    rows = (
+        Operation.objects.filter(
+            kind=OperationKind.MODEL,
+            status=OperationStatus.COMPLETED,
+            usage__isnull=False,
+            outcome_at__gte=since,
+            outcome_at__lt=until,
+        )
+        .annotate(day=TruncDate("outcome_at"))
+        .values_list("run__agent", "day", "name", "usage")
+    )
+    usages: dict[tuple[str, dt.date], Usage] = {}
+    for agent, day, model, usage in rows:
+        usages.setdefault((agent, day), Usage()).add(model, usage)
+    return usages
+
+
+def format_cost(cost: Decimal | None) -> str:
+    if cost is None:
+        return "unknown"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"

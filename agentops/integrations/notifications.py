@@ -1,0 +1,262 @@
+"""Slack and email notifications from the event log, routed per group, muted per person.
+
+`dispatch` reads the settled events after the "notifications" cursor; each event of a kind in
+`kinds.KINDS` becomes, for every enabled route of that kind, one Slack post (when at least one
+member of the route's group has not muted the kind) or one email per member who has not. The
+unique (route, event, recipient) row is what makes each notification once: a second sweep, a
+redelivered task or a second worker finds it made, and a claimed message is sent by one sender.
+Sending is at least once only across a crash between the send and its record.
+
+A notification carries a link to the console page (the decision page for an approval or a
+question, else the run): the console asks for a login and the decision is a form there. No link
+ever approves anything by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import transaction
+from django.urls import reverse
+
+from agentops.integrations import outbound, outbox, secrets
+from agentops.integrations.kinds import KINDS, NotificationKind, kind_for_event
+from agentops.integrations.kinds import notifying_event_kinds as _event_kinds
+from agentops.integrations.models import (
+    Channel,
+    MessageStatus,
+    Notification,
+    NotificationPreference,
+    NotificationRoute,
+    OutboxCursor,
+)
+from agentops.models import Event, Interaction
+from runtime import clock
+
+log = logging.getLogger(__name__)
+
+CURSOR = "notifications"
+# Arguments shown in a message: the first few, each cut short (the page shows them all).
+SHOWN_ARGUMENTS = 6
+ARGUMENT_CHARS = 200
+
+
+def set_slack_url(route: NotificationRoute, url: str) -> None:
+    route.slack_url_sealed = secrets.seal(url)
+    route.slack_url_hint = secrets.hint(url)
+
+
+def save_route(route: NotificationRoute) -> None:
+    """Save a route; the first one starts the notifier's cursor at the newest event, so turning
+    notifications on does not send the whole history."""
+    with transaction.atomic():
+        outbox.locked_cursor(CURSOR, start_at_newest=True)
+        route.save()
+
+
+def dispatch(limit: int) -> int:
+    """Make the notifications of the settled events after the cursor; how many were made."""
+    with transaction.atomic():
+        cursor = outbox.locked_cursor(CURSOR, start_at_newest=True)
+        ids, position = outbox.settled_events(cursor.position, limit=limit)
+        if not ids:
+            return 0
+        made = []
+        routes = list(NotificationRoute.objects.filter(enabled=True))
+        for event in outbox.events_by_id(ids, set(_event_kinds())):
+            kind = kind_for_event(event.kind)
+            if kind is not None:
+                made += _notifications(event, kind, routes)
+        Notification.objects.bulk_create(made, ignore_conflicts=True)
+        OutboxCursor.objects.filter(pk=cursor.pk).update(position=position)
+    return len(made)
+
+
+def _notifications(
+    event: Event, kind: NotificationKind, routes: list[NotificationRoute]
+) -> list[Notification]:
+    now = clock.now()
+    made = []
+    for route in routes:
+        if kind.name not in route.kinds:
+            continue
+        recipients = recipients_of(route, kind.name)
+        if route.channel == Channel.SLACK:
+            addresses = [""] if recipients else []
+        else:
+            addresses = sorted({user.email for user in recipients if user.email})
+        made += [
+            Notification(
+                route=route,
+                event=event,
+                run_id=event.run_id,
+                kind=kind.name,
+                recipient=address,
+                next_attempt_at=now,
+                created_at=now,
+            )
+            for address in addresses
+        ]
+    return made
+
+
+def recipients_of(route: NotificationRoute, kind: str) -> list[Any]:
+    """The active members of the route's group who have not muted `kind`."""
+    users = get_user_model().objects.filter(groups=route.group, is_active=True)
+    muted = {
+        pref.user_id
+        for pref in NotificationPreference.objects.filter(user__in=users)
+        if kind in (pref.muted_kinds or [])
+    }
+    return [user for user in users if user.pk not in muted]
+
+
+def claim_due(limit: int) -> list[outbox.Claim]:
+    return outbox.claim(Notification, Notification.objects.filter(route__enabled=True), limit=limit)
+
+
+# --- the message ---------------------------------------------------------------------------------
+
+
+def message_for(notification: Notification) -> dict[str, Any]:
+    """What the notification says: title, agent, tool, key arguments, question, link."""
+    event = notification.event
+    kind = KINDS[notification.kind]
+    run = event.run
+    interaction = None
+    if event.data.get("interaction"):
+        interaction = Interaction.objects.filter(pk=event.data["interaction"]).first()
+    if kind.links_interaction and interaction is not None:
+        path = reverse("console:interaction", args=[interaction.pk])
+    else:
+        path = reverse("console:run", args=[event.run_id])
+    payload = interaction.payload if interaction is not None else {}
+    arguments = payload.get("arguments") if isinstance(payload, dict) else None
+    return {
+        "title": kind.label,
+        "agent": f"{run.agent} v{run.version}" if run else "",
+        "tool": (interaction.tool_name if interaction else "") or event.data.get("tool", ""),
+        "arguments": _key_arguments(arguments),
+        "question": str(payload.get("question", "")) if isinstance(payload, dict) else "",
+        "detail": str(event.data.get("message", "")),
+        "link": settings.AGENTOPS_CONSOLE_URL.rstrip("/") + path,
+    }
+
+
+def _key_arguments(arguments: Any) -> list[tuple[str, str]]:
+    if not isinstance(arguments, dict):
+        return []
+    shown = []
+    for name, value in list(arguments.items())[:SHOWN_ARGUMENTS]:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        shown.append((str(name)[:50], _cut(text, ARGUMENT_CHARS)))
+    return shown
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def slack_blocks(message: dict[str, Any]) -> dict[str, Any]:
+    """Block Kit. Agent-controlled text (arguments, questions) goes in plain_text objects, which
+    Slack shows as typed: no links, mentions or formatting can be smuggled in through them."""
+    fields = [{"type": "mrkdwn", "text": "*Agent*"}, _plain(message["agent"])]
+    if message["tool"]:
+        fields += [{"type": "mrkdwn", "text": "*Tool*"}, _plain(message["tool"])]
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": _plain(message["title"][:150])},
+        {"type": "section", "fields": fields},
+    ]
+    for name, value in message["arguments"]:
+        blocks.append({"type": "section", "fields": [_plain(name), _plain(value)]})
+    for text in (message["question"], message["detail"]):
+        if text:
+            blocks.append({"type": "section", "text": _plain(_cut(text, 2900))})
+    blocks.append(
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "text": _plain("Open in AgentOps"),
+                    "url": message["link"],
+                    "action_id": "open",
+                }
+            ],
+        }
+    )
+    fallback = f"{message['title']}: {message['tool'] or message['agent']}"
+    return {"text": fallback, "blocks": blocks}
+
+
+def _plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text or " ", "emoji": False}
+
+
+def email_text(message: dict[str, Any]) -> tuple[str, str]:
+    # The subject holds only names from code (agent, tool), never agent-written text.
+    subject = f"[AgentOps] {message['title']}"
+    if message["tool"]:
+        subject += f": {message['tool']}"
+    lines = [message["title"], "", f"Agent: {message['agent']}"]
+    if message["tool"]:
+        lines.append(f"Tool: {message['tool']}")
+    lines += [f"  {name}: {value}" for name, value in message["arguments"]]
+    if message["question"]:
+        lines += ["", f"Question: {message['question']}"]
+    if message["detail"]:
+        lines += ["", message["detail"]]
+    lines += ["", f"Open it in AgentOps (after login): {message['link']}"]
+    return subject, "\n".join(lines) + "\n"
+
+
+# --- sending -------------------------------------------------------------------------------------
+
+
+def send(held: outbox.Claim) -> str | None:
+    """Send one claimed notification and record the attempt; its status (None: claim lost)."""
+    notification = outbox.still_claimed(Notification, held)
+    if notification is None:
+        return None
+    message = message_for(notification)
+    route = NotificationRoute.objects.get(pk=notification.route_id)
+    status_code: int | None = None
+    give_up = False
+    retry_after = None
+    try:
+        if route.channel == Channel.SLACK:
+            reply = outbound.post(
+                secrets.unseal(route.slack_url_sealed),
+                json.dumps(slack_blocks(message)).encode(),
+                {},
+            )
+            status_code, text, retry_after = reply.status, reply.body, reply.retry_after
+            # Slack answers 200 "ok"; 4xx other than 429 (invalid_payload, channel_not_found,
+            # no_service, …) will not heal by trying again.
+            give_up = 400 <= status_code < 500 and status_code != 429
+            delivered = status_code == 200
+        else:
+            subject, body = email_text(message)
+            send_mail(subject, body, None, [notification.recipient])
+            delivered, text = True, "sent"
+    except (outbound.DestinationRefused, secrets.SecretUnreadable) as exc:
+        delivered, give_up, text = False, True, f"refused: {exc}"
+    except Exception as exc:  # the service is down or slow: retried
+        delivered, text = False, f"{type(exc).__name__}: {exc}"
+    status = outbox.finish(
+        Notification,
+        held,
+        delivered=delivered,
+        give_up=give_up,
+        status_code=status_code,
+        response=text,
+        retry_after=retry_after,
+    )
+    if status == MessageStatus.FAILED:
+        log.warning("notification %s given up: %s", held.pk, text)
+    return status

@@ -1,0 +1,53 @@
+"""Fixtures of the integration tests: loopback receivers allowed, short retry schedules, runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentops.models import Interaction, Run
+from runtime import respond, submit
+from runtime.testing import run_until_idle
+from tests.conftest import make_agent, one_call
+from tests.integrations.receiver import Receiver
+
+# The SQLite test database in a file, as the reliability tests have it: the worker processes of
+# test_worker_kill.py must share it.
+from tests.reliability.conftest import pytest_configure  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _integration_settings(settings: Any) -> None:
+    settings.AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    settings.AGENTOPS_OUTBOX_BACKOFF_SECONDS = 0.0
+    settings.AGENTOPS_OUTBOX_MAX_ATTEMPTS = 5
+    settings.AGENTOPS_OUTBOX_GAP_SECONDS = 60.0
+    settings.AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = 5.0
+    settings.AGENTOPS_CONSOLE_URL = "https://agentops.example.test"
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver().up()
+    yield running
+    running.down()
+
+
+@pytest.fixture
+def approval_run(define: Any) -> Any:
+    """make() -> a run of `clerk` waiting for approval of `refund`, and its interaction."""
+    define(make_agent(one_call("refund")))
+
+    def make(message: str = "refund A1") -> tuple[Run, Interaction]:
+        run = run_until_idle(submit("clerk", message, actor="alice").pk)
+        return run, Interaction.objects.get(run=run)
+
+    return make
+
+
+def finish(run: Run, interaction: Interaction) -> Run:
+    respond(interaction.pk, {"approved": True}, actor="bob")
+    return run_until_idle(run.pk)
