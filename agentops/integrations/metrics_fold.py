@@ -9,7 +9,8 @@ in one transaction. Histograms are stored as a count per bucket and made cumulat
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -32,12 +33,15 @@ OPERATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600)
 DECISION_EVENTS = {"approval_granted", "approval_rejected", "question_answered"}
 
+# (metric name, its labels as one key) -> how much to add.
+Increments = dict[tuple[str, str], float]
+
 
 def labels_key(labels: dict[str, str]) -> str:
     return json.dumps(labels, sort_keys=True, separators=(",", ":"))
 
 
-def add(increments: Counter[tuple[str, str]]) -> None:
+def add(increments: Increments) -> None:
     """Add to the (metric, labels key) counters, creating the rows that do not exist yet."""
     for (metric, key), amount in sorted(increments.items()):
         if MetricSample.objects.filter(metric=metric, labels=key).update(value=F("value") + amount):
@@ -57,7 +61,7 @@ def bucket_for(value: float, buckets: tuple[float, ...]) -> str:
 
 
 def observe(
-    into: Counter[tuple[str, str]],
+    into: Increments,
     metric: str,
     labels: dict[str, str],
     value: float,
@@ -71,7 +75,7 @@ def observe(
 def count_delivery(outcome: str) -> None:
     """One webhook delivery attempt and how it ended (delivered, failed, refused)."""
     with transaction.atomic():
-        add(Counter({("agentops_webhook_deliveries_total", labels_key({"outcome": outcome})): 1}))
+        add({("agentops_webhook_deliveries_total", labels_key({"outcome": outcome})): 1.0})
 
 
 def fold(limit: int) -> int:
@@ -92,8 +96,8 @@ def fold(limit: int) -> int:
     return len(ids)
 
 
-def _increments(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
-    counts: Counter[tuple[str, str]] = Counter()
+def _increments(events: Sequence[Mapping[str, Any]]) -> Increments:
+    counts: Increments = defaultdict(float)
     outcomes = [e for e in events if e["kind"] == "outcome"]
     operations = _operations(outcomes)
     decisions = _decision_times(e for e in events if e["kind"] in DECISION_EVENTS)
@@ -112,7 +116,7 @@ def _increments(events: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
 
 
 def _fold_outcome(
-    counts: Counter[tuple[str, str]], event: dict[str, Any], op: dict[str, Any] | None
+    counts: Increments, event: Mapping[str, Any], op: Mapping[str, Any] | None
 ) -> None:
     data = event["data"]
     kind = str(data.get("call", ""))
@@ -145,7 +149,7 @@ def _fold_outcome(
                 counts[("agentops_model_tokens_total", labels_key(token_labels))] += amount
 
 
-def _operations(outcomes: list[dict[str, Any]]) -> dict[tuple[Any, str], dict[str, Any]]:
+def _operations(outcomes: Sequence[Mapping[str, Any]]) -> dict[tuple[Any, str], Mapping[str, Any]]:
     if not outcomes:
         return {}
     runs = {e["run_id"] for e in outcomes}
@@ -163,4 +167,9 @@ def _decision_times(events: Any) -> dict[str, float]:
     rows = Interaction.objects.filter(pk__in=ids, responded_at__isnull=False).values_list(
         "pk", "created_at", "responded_at"
     )
-    return {str(pk): (answered - asked).total_seconds() for pk, asked, answered in rows}
+    # responded_at is set on every row here (the filter above).
+    return {
+        str(pk): (answered - asked).total_seconds()
+        for pk, asked, answered in rows
+        if answered is not None
+    }

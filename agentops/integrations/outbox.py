@@ -84,7 +84,7 @@ def claim(model: type[OutboundMessage], candidates: Any, *, limit: int) -> list[
         token = uuid.uuid4()
         # Guarded: another sender may have claimed it since the read.
         held = (
-            model.objects.filter(pk=pk, status=MessageStatus.PENDING)
+            model._default_manager.filter(pk=pk, status=MessageStatus.PENDING)
             .filter(free)
             .update(claim=token, claimed_until=until)
         )
@@ -114,7 +114,9 @@ def finish(
 ) -> str | None:
     """Record one attempt's outcome; the message's new status, or None if the claim was lost."""
     now = clock.now()
-    current = model.objects.filter(pk=held.pk, claim=held.token).values_list("attempts", flat=True)
+    current = model._default_manager.filter(pk=held.pk, claim=held.token).values_list(
+        "attempts", flat=True
+    )
     attempts = next(iter(current), None)
     if attempts is None:
         return None
@@ -134,14 +136,14 @@ def finish(
     else:
         delay = backoff_seconds(attempts, retry_after)
         fields.update(next_attempt_at=now + dt.timedelta(seconds=delay))
-    landed = model.objects.filter(pk=held.pk, claim=held.token).update(**fields)
+    landed = model._default_manager.filter(pk=held.pk, claim=held.token).update(**fields)
     return str(fields.get("status", MessageStatus.PENDING)) if landed == 1 else None
 
 
 def still_claimed(model: type[OutboundMessage], held: Claim) -> Any:
     """The claimed message, or None when the claim ran out and someone else may send it."""
     return (
-        model.objects.filter(pk=held.pk, claim=held.token, claimed_until__gt=clock.now())
+        model._default_manager.filter(pk=held.pk, claim=held.token, claimed_until__gt=clock.now())
         .select_related("event", "event__run")
         .first()
     )
