@@ -19,6 +19,7 @@ from django.test import Client
 from agentops.api.models import ApiToken, Scope, ServiceAccount
 from runtime import Agent
 from tests.console.conftest import World, agents
+from tests.support.personas import ensure_groups
 
 ALL_SCOPES = [scope.value for scope in Scope]
 
@@ -32,6 +33,7 @@ def world(define: Callable[..., Agent], effects: Any) -> World:
 def make_account(
     name: str, groups: tuple[str, ...] = ("operators", "submitters")
 ) -> ServiceAccount:
+    ensure_groups()  # a transactional test's flush emptied them
     user = User(username=f"api:{name}")
     user.set_unusable_password()
     user.save()

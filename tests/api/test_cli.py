@@ -14,8 +14,7 @@ from agentops.api.cli import main
 from agentops.models import Event, Interaction, Run
 from tests.api.conftest import make_account, make_token
 
-# A live server commits for real: serialized_rollback brings the console's groups back.
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

@@ -35,8 +35,7 @@ def race(api: Api, bodies: list[dict[str, Any]]) -> list[Any]:
 
 
 @pytest.mark.postgres
-# serialized_rollback: the console groups made by migrations survive the flush.
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_identical_requests_start_exactly_one_run(world: Any, api: Api) -> None:
     answers = race(api, [{"agent": "chatty", "message": "refund order 7"}] * THREADS)
     statuses = sorted(answer.status_code for answer in answers)
@@ -47,8 +46,7 @@ def test_concurrent_identical_requests_start_exactly_one_run(world: Any, api: Ap
 
 
 @pytest.mark.postgres
-# serialized_rollback: the console groups made by migrations survive the flush.
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_key_and_two_bodies(world: Any, api: Api) -> None:
     bodies = [{"agent": "chatty", "message": f"refund order {i % 2}"} for i in range(THREADS)]
     answers = race(api, bodies)

@@ -83,8 +83,7 @@ print("spent")
 
 
 @pytest.mark.postgres
-# serialized_rollback: the console groups made by migrations survive the flush.
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("backend", ["database", "redis"])
 def test_the_count_is_shared_by_processes(ci: ServiceAccount, settings: Any, backend: str) -> None:
     """Another process spends the allowance; this one then refuses the token."""

@@ -7,6 +7,7 @@ The convention, for whoever writes a page:
   setup of its own), or when every line calls the HTTP API (`curl "$AGENTOPS_URL/…"` or the
   `agentops` command): those run against a live server holding the demo's agents, with a token
   of every scope in AGENTOPS_TOKEN, and must succeed.
+- A ```json block is data: it must parse as JSON.
 - Any other block that cannot run as written is marked on the line just above its fence with
   `<!-- sample: not run (the reason) -->`, and nothing else is skipped. A fence without a
   language is text (a tree, a diagram), not code.
@@ -14,6 +15,8 @@ The convention, for whoever writes a page:
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shlex
@@ -89,7 +92,10 @@ def test_every_block_either_runs_or_says_why_not(page: Path) -> None:
         where = f"{sample.page}:{sample.line}"
         if sample.not_run or sample.lang in ("", "python"):
             continue
-        assert sample.lang == "sh", f"{where}: a ```{sample.lang} block: python, sh or text"
+        if sample.lang == "json":
+            json.loads(sample.code)  # data a reader copies must be valid
+            continue
+        assert sample.lang == "sh", f"{where}: a ```{sample.lang} block: python, sh, json or text"
         for line in sample.code.splitlines():
             assert RUNNABLE_SHELL.match(line) or API_SHELL.match(line), (
                 f"{where}: {line!r} is not a manage.py command; make it one, or mark the block "
@@ -107,11 +113,13 @@ def api_reader(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
     register([refund_desk_v1, refund_desk_v2], actor="docs")
     monkeypatch.setenv("AGENTOPS_URL", live_server.url)
+    # A webhook subscription's secret, as the admin shows it once.
+    secret = base64.b64encode(os.urandom(24)).decode()
+    monkeypatch.setenv("AGENTOPS_WEBHOOK_SECRET", f"whsec_{secret}")
     monkeypatch.setenv("AGENTOPS_TOKEN", make_token(make_account("docs")))
 
 
-# A live server commits for real: serialized_rollback brings the migrations' groups back.
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("page", _pages())
 def test_the_python_samples_of_each_page_run_as_written(page: Path, api_reader: None) -> None:
     create_orders()
@@ -145,7 +153,7 @@ def test_the_shell_samples_of_each_page_run_as_written(page: Path, tmp_path: Pat
             assert done.returncode == 0, f"{sample.page}:{sample.line}: {line}\n{done.stderr}"
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("page", _pages())
 def test_the_api_shell_samples_of_each_page_run_as_written(page: Path, api_reader: None) -> None:
     create_orders()

@@ -15,7 +15,8 @@ from agentops.integrations.models import MessageStatus, WebhookDelivery
 from agentops.models import Event
 from tests.integrations.receiver import Answer, Received, Receiver
 from tests.reliability.conftest import broker_url, cluster  # noqa: F401 - fixtures
-from tests.reliability.harness import Cluster, wait_until
+from tests.reliability.harness import Cluster
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

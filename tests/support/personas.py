@@ -52,3 +52,18 @@ def logged_in(user: User | None, **client_options: object) -> Client:
     if user is not None:
         client.force_login(user)
     return client
+
+
+def ensure_groups() -> None:
+    """Make the groups the migrations make, again: a transactional test's flush empties them
+    (restoring them with serialized_rollback clashes with the content types that the flush of
+    another transactional test re-created under new ids)."""
+    import importlib
+
+    from django.apps import apps
+
+    for module, create in (
+        ("agentops.migrations.0002_console_groups", "create_groups"),
+        ("agentops.api.migrations.0003_submitters_group", "create_group"),
+    ):
+        getattr(importlib.import_module(module), create)(apps, None)
