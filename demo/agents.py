@@ -132,6 +132,9 @@ MODEL = os.environ.get("AGENTOPS_DEMO_MODEL", "claude-sonnet-4-5")
 # Scripted unless a real model is configured; the client is not part of the fingerprint.
 LLM = None if os.environ.get("ANTHROPIC_API_KEY") else RefundDeskBrain(outages=Counter())
 
+# Exact timers (no jitter): the demo's countdowns read the same on every run of the tour.
+DEMO_RETRY = ModelRetry(max_attempts=4, initial_delay=60, max_delay=600, jitter=False)
+
 V1_INSTRUCTIONS = (
     "You are the refund desk of an online shop. Look the order up before anything else. "
     "Refund only what the customer asks for and never more than is refundable. If the order "
@@ -145,7 +148,7 @@ refund_desk_v1 = Agent(
     model=MODEL,
     instructions=V1_INSTRUCTIONS,
     tools=TOOLS,
-    model_retry=ModelRetry(max_attempts=4, initial_delay=60, max_delay=600),
+    model_retry=DEMO_RETRY,
     max_steps=8,
     llm=LLM,
 )
@@ -158,7 +161,7 @@ refund_desk_v2 = Agent(
     + " Check the earlier refunds of the order with lookup_refunds before refunding, and say "
     "in the final answer what is left to refund.",
     tools=TOOLS,
-    model_retry=ModelRetry(max_attempts=4, initial_delay=60, max_delay=600),
+    model_retry=DEMO_RETRY,
     max_steps=8,
     llm=LLM,
 )

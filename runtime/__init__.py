@@ -3,7 +3,17 @@
 Public surface; everything else in this package is internal.
 """
 
-from runtime.agents import Agent, ModelRetry, Recovery, Tool, ToolContext, ask_operator, tool
+from runtime.agents import (
+    Agent,
+    Cancelled,
+    ModelRetry,
+    Recovery,
+    Tool,
+    ToolContext,
+    ToolDurabilityError,
+    ask_operator,
+    tool,
+)
 from runtime.control import cancel, list_runs, resolve, respond, resume, retry, submit
 from runtime.engine import advance
 from runtime.errors import (
@@ -28,6 +38,7 @@ __all__ = [
     "Agent",
     "AgentDefinitionError",
     "AgentOpsError",
+    "Cancelled",
     "DurableConflictError",
     "InteractionClosed",
     "InteractionConflict",
@@ -44,6 +55,7 @@ __all__ = [
     "SessionBusy",
     "Tool",
     "ToolContext",
+    "ToolDurabilityError",
     "advance",
     "ask_operator",
     "cancel",
