@@ -56,7 +56,11 @@ from runtime.transcript import (
 log = logging.getLogger(__name__)
 
 # Stop reasons that end the turn without an answer (S1, S2), and PromptTooLong's reason: the run
-# goes to needs_attention with the reason said plainly; an operator may retry (ask again).
+# goes to needs_attention with the reason said plainly; an operator may retry (ask again). Why
+# not continue on our own: a max_tokens answer may end inside a tool call whose arguments are cut
+# off, and asking again costs as much as the first request and may truncate the same way; a
+# person who sees the reason can retry, raise the limit in a new version, or cancel. The
+# response is recorded as a failed request, so a retry asks again instead of replaying it.
 MODEL_STOPS = {
     "max_tokens": "the model's answer was cut off at the agent's max_tokens: it is incomplete, "
     "so it was not used and none of its tool calls ran. Retry to ask again, or raise max_tokens "
