@@ -96,13 +96,12 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
 
     Safe to call any number of times from any number of workers: the claim decides who works.
     """
-    claim = store.take(run_id, owner or worker_name())
-    if claim is None:
+    run = store.claim(run_id, owner or worker_name())
+    if run is None:
         return False
-    run = claim.run
     try:
         with _Heartbeat(run):
-            _Turn(run).execute(taken_from=claim.taken_from)
+            _Turn(run).execute()
     except LeaseLost:
         log.warning("run %s: lease lost, stopping without further writes", run_id)
     except _Stop:
@@ -227,8 +226,8 @@ class _Turn:
 
     # --- the loop ----------------------------------------------------------------------------
 
-    def execute(self, *, taken_from: str = RunStatus.QUEUED) -> None:
-        self._check_crash_loop(taken_from)
+    def execute(self) -> None:
+        self._check_crash_loop()
         agent = self._checked_agent()
         # A session's first run has no earlier transcript: skip the query.
         history = session_history(self.run, runs=agent.history_runs) if self.run.seq > 1 else []
@@ -297,16 +296,11 @@ class _Turn:
 
     # --- crashes -----------------------------------------------------------------------------
 
-    def _check_crash_loop(self, taken_from: str) -> None:
+    def _check_crash_loop(self) -> None:
         """This claim is counted already: the claims before it that crashed are one fewer."""
         crashed = self.run.crashed_claims - 1
-        if crashed < crash_loop_claims():
-            return
-        if taken_from == RunStatus.RUNNING:
-            last = "the worker holding the run stopped without releasing it (its lease expired)"
-        else:
-            last = self.run.last_crash or "an unexpected exception"
-        _crash_loop(self.run, last, crashed)
+        if crashed >= crash_loop_claims():
+            _crash_loop(self.run, self.run.last_crash, crashed)
 
     def _attempts_exhausted(self, op: Operation, attempts: int, limit: int) -> None:
         self._block(

@@ -328,30 +328,19 @@ _SEEN = (
 )
 # Every claim counts as a crash until it ends cleanly (a transition out of `running` resets
 # the count): a worker that dies, or a claim that ends in an unexpected exception, leaves it up.
+# Taking over an expired lease records the lost worker as the last crash (the CASE reads the
+# status before the UPDATE).
 _CLAIM = (
     f"UPDATE {_RUN} SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s, "
     "fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1, "
+    "last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END, "
     "updated_at = %(now)s "
     "WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s"
 )
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A run just taken, and the status it was taken from (`running`: a dead worker's)."""
-
-    run: Run
-    taken_from: str
-
-
 def claim(run_id: Any, owner: str) -> Run | None:
-    """Take the run for `owner` with a fresh lease and fence, or None if it is not claimable."""
-    taken = take(run_id, owner)
-    return None if taken is None else taken.run
-
-
-def take(run_id: Any, owner: str) -> Claim | None:
-    """`claim`, also saying what the run was taken from.
+    """Take the run for `owner` with a fresh lease and fence, or None if it is not claimable.
 
     Optimistic: read the run (the `runnable` condition), then UPDATE guarded on the status and
     fence read, so of two workers delivered the same run exactly one lands, and the winner
@@ -371,7 +360,8 @@ def take(run_id: Any, owner: str) -> Claim | None:
     if seen is None:
         return None
     status, fence, previous_owner = seen
-    params.update(status=status, fence=fence)
+    lost = f"the worker {previous_owner} lost the run: its lease expired (it died or stalled)"
+    params.update(status=status, fence=fence, lost=lost)
     written = [_Event(run_id, "claimed", "", {"owner": owner, "fence": fence + 1}, now)]
     if status == RunStatus.RUNNING:
         data = {"previous_owner": previous_owner, "owner": owner}
@@ -382,7 +372,7 @@ def take(run_id: Any, owner: str) -> Claim | None:
         ids = [_insert_event(db, cursor, each) for each in written]
     for event_id, each in zip(ids, written, strict=True):
         _published(db, event_id, each)
-    return Claim(Run.objects.select_related("session").get(pk=run_id), status)
+    return Run.objects.select_related("session").get(pk=run_id)
 
 
 # --- fenced writes of the owning worker ----------------------------------------------------------

@@ -191,5 +191,8 @@ def test_c13_a_lost_lease_mid_claim_is_not_recorded_as_a_crash(define, effects):
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING
     assert run.lease_owner == "another-worker"
-    assert run.last_crash == ""
+    # What the takeover noted about the worker it replaced; the old worker wrote no crash.
+    assert run.last_crash == (
+        "the worker test-worker lost the run: its lease expired (it died or stalled)"
+    )
     assert run.crashed_claims == 2  # the takeover's claim and the old one: neither ended yet
