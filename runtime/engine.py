@@ -136,7 +136,7 @@ def _record_crash(run: Run, exc: Exception) -> None:
                 last_crash=crash,
                 crashed_claims=run.crashed_claims,
             )
-    except LeaseLost:
+    except (_Stop, LeaseLost):  # recorded; or the run is no longer this claim's to record
         pass
     except Exception:  # the database is gone too: the lease expires, the next claim counts it
         log.exception("run %s: could not record the crash", run.pk)

@@ -44,7 +44,9 @@ def _raising_agent() -> Agent:
     )
 
 
-def test_c13_an_exception_outside_any_handler_never_leaves_the_run_running(define, monkeypatch):
+def test_c13_an_exception_outside_any_handler_never_leaves_the_run_running(
+    define, monkeypatch, caplog
+):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     agent = define(_raising_agent())
     run = submit(agent.name, "refund A1", actor="alice")
@@ -63,6 +65,7 @@ def test_c13_an_exception_outside_any_handler_never_leaves_the_run_running(defin
     assert "ValueError: approval rules unavailable" in run.attention_detail["message"]
     assert SECRET not in str(run.attention_detail)
     assert Event.objects.filter(run=run, kind="claimed").count() == 3
+    assert "could not record the crash" not in caplog.text  # every crash was recorded
 
 
 def test_c13_the_number_of_claims_is_a_setting(define, settings):
