@@ -463,7 +463,7 @@ def spec_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> li
     differences = []
     for part in ("model", "instructions", "tools", "recovery", "approval", "settings"):
         # An agent with every setting at its default has no "settings" part.
-        missing = {} if part == "settings" else None
+        missing: dict[str, Any] | None = {} if part == "settings" else None
         before, after = saved.get(part, missing), current.get(part, missing)
         if isinstance(before, dict) and isinstance(after, dict):
             for name in sorted(set(before) | set(after)):

@@ -593,11 +593,11 @@ class _Turn:
                     key=key,
                 )
             if policy == "report":
-                result = ToolDurabilityError(tool.name, use.id).to_result()
+                durability = ToolDurabilityError(tool.name, use.id).to_result()
                 store.write_outcome(
-                    self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=True
+                    self.run, op, status=OperationStatus.COMPLETED, result=durability, is_error=True
                 )
-                return tool_result_block(use.id, result, True)
+                return tool_result_block(use.id, durability, True)
             # safe and idempotent: run again, with the same operation id, within a budget.
             attempts = store.intents_since_a_person_acted(self.run, key)
             if attempts >= operation_attempts():
