@@ -183,6 +183,16 @@ AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
 AGENTOPS_HEARTBEAT = env_bool("AGENTOPS_HEARTBEAT", default=True)
 # Largest JSON document (bytes) accepted from a person or a tool.
 AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
+# Claims in a row that may end in a crash (a dead worker, an unexpected exception) before the
+# run goes to needs_attention as a crash loop.
+AGENTOPS_CRASH_LOOP_CLAIMS = int(env_float("AGENTOPS_CRASH_LOOP_CLAIMS", 3))
+# Attempts of one operation re-run after crashes (safe and idempotent tools; model requests of
+# agents without a ModelRetry) before the run goes to needs_attention.
+AGENTOPS_OPERATION_ATTEMPTS = int(env_float("AGENTOPS_OPERATION_ATTEMPTS", 3))
+if AGENTOPS_CRASH_LOOP_CLAIMS < 1 or AGENTOPS_OPERATION_ATTEMPTS < 1:
+    raise ImproperlyConfigured(
+        "AGENTOPS_CRASH_LOOP_CLAIMS and AGENTOPS_OPERATION_ATTEMPTS must be >= 1"
+    )
 # The store prepares its statements once per connection; turn off behind a pooler that cannot
 # hold prepared statements (PgBouncer in transaction mode before 1.21).
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)

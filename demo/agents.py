@@ -133,8 +133,9 @@ MODEL = os.environ.get("AGENTOPS_DEMO_MODEL", "claude-sonnet-4-5")
 LLM = None if os.environ.get("ANTHROPIC_API_KEY") else RefundDeskBrain(outages=Counter())
 
 # A model outage waits an hour before the next attempt: long enough that the tour's retry wait
-# is still counting down when a reader gets to it ("Retry now" ends it early).
-RETRY = ModelRetry(max_attempts=4, initial_delay=3600, max_delay=4 * 3600)
+# is still counting down when a reader gets to it ("Retry now" ends it early). Exact timers (no
+# jitter): the countdown reads the same on every run of the tour.
+RETRY = ModelRetry(max_attempts=4, initial_delay=3600, max_delay=4 * 3600, jitter=False)
 
 V1_INSTRUCTIONS = (
     "You are the refund desk of an online shop. Look the order up before anything else. "

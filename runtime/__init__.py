@@ -7,7 +7,17 @@ need it.
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.agents import Agent, ModelRetry, Recovery, Tool, ToolContext, ask_operator, tool
+from runtime.agents import (
+    Agent,
+    Cancelled,
+    ModelRetry,
+    Recovery,
+    Tool,
+    ToolContext,
+    ToolDurabilityError,
+    ask_operator,
+    tool,
+)
 from runtime.control import cancel, list_runs, resolve, respond, resume, retry, submit
 from runtime.engine import advance
 from runtime.errors import (
@@ -54,6 +64,7 @@ __all__ = [
     "AgentDefinitionError",
     "AgentOpsError",
     "AnthropicModel",
+    "Cancelled",
     "DurableConflictError",
     "InteractionClosed",
     "InteractionConflict",
@@ -75,6 +86,7 @@ __all__ = [
     "ThinkingBlock",
     "Tool",
     "ToolContext",
+    "ToolDurabilityError",
     "ToolUseBlock",
     "Usage",
     "advance",

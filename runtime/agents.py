@@ -14,6 +14,7 @@ import functools
 import hashlib
 import inspect
 import json
+import random
 import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runtime.errors import AgentDefinitionError
+from runtime import store
+from runtime.errors import AgentDefinitionError, LeaseLost
 from runtime.llm import Model, ToolSpec
 
 Recovery = Literal["manual", "safe", "idempotent", "report"]
@@ -37,11 +39,15 @@ class ModelRetry:
     max_attempts: attempts in all, crashed ones included (default 3, at least 1).
     initial_delay: seconds before the second attempt (default 1.0, > 0).
     max_delay: the cap on any one delay, in seconds (default 60.0, >= initial_delay).
+    jitter: True (default) draws each delay uniformly between 0 and its capped exponential
+        ("full jitter"), so runs failing together do not return together; False waits the
+        capped exponential exactly.
     """
 
     max_attempts: int = 3
     initial_delay: float = 1.0
     max_delay: float = 60.0
+    jitter: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -58,9 +64,33 @@ class ModelRetry:
                 f"initial_delay ({self.initial_delay!r})"
             )
 
-    def delay_after(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        return float(min(self.max_delay, self.initial_delay * 2 ** (attempt - 1)))
+    def delay_after(self, attempt: int, *, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based).
+
+        With jitter, a uniform draw in [0, capped exponential], so that many runs failing at
+        once (a provider outage) do not all come back at once. Never less than the provider's
+        `retry_after`, when it sent one: it said when to come back.
+        """
+        ceiling = min(self.max_delay, self.initial_delay * 2 ** (attempt - 1))
+        delay = ceiling * jitter() if self.jitter else ceiling
+        return float(max(delay, retry_after or 0.0))
+
+
+# The backoff's randomness, in one place so tests can seed or pin it (runtime.testing).
+_random = random.Random()
+
+
+def jitter() -> float:
+    """A uniform fraction in [0, 1] for backoff jitter."""
+    return _random.random()
+
+
+class Cancelled(LeaseLost):
+    """Raised by `ToolContext.raise_if_cancelled`: the run is no longer this call's to run.
+
+    A LeaseLost (a BaseException): the handler's `except Exception` cannot swallow it, and the
+    worker stops without writing anything more.
+    """
 
 
 @dataclass(frozen=True)
@@ -68,13 +98,60 @@ class ToolContext:
     """What a tool handler learns about the call it serves.
 
     `operation_id` (run id + key) is stable across crashes and retries: pass it to the external
-    service as the idempotency key.
+    service as the idempotency key. A long handler should poll `cancelled()` (or call
+    `raise_if_cancelled()`) between steps of its work: an operator may cancel the run meanwhile.
     """
 
     run_id: str
     operation_key: str
     operation_id: str
     attempt: int
+    # The claim this call runs under; a cancel or a takeover replaces it.
+    fence: int = 0
+
+    def cancelled(self) -> bool:
+        """True once the run was cancelled (or taken over by another worker): whatever this
+        handler does next will not be recorded. One database read."""
+        return not store.still_running(self.run_id, self.fence)
+
+    def raise_if_cancelled(self) -> None:
+        """Stop the handler (and this worker's work on the run) if the run was cancelled."""
+        if self.cancelled():
+            raise Cancelled(self.run_id)
+
+
+class ToolDurabilityError(Exception):
+    """A tool call whose intent was written but whose outcome was not, under `report` recovery.
+
+    The model receives `to_result()`, {kind, error, toolName, toolCallId}, as the call's error
+    result and decides (check first, ask, or stop). `from_result` recognizes such a result in
+    a run's history.
+    """
+
+    KIND = "tool-durability-error"
+
+    def __init__(self, tool_name: str, tool_call_id: str) -> None:
+        super().__init__(
+            f"Tool {tool_name!r} (call {tool_call_id}) was requested but its execution did not "
+            "complete durably: it may have run. Check before trying again."
+        )
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+
+    def to_result(self) -> dict[str, str]:
+        return {
+            "kind": self.KIND,
+            "error": str(self),
+            "toolName": self.tool_name,
+            "toolCallId": self.tool_call_id,
+        }
+
+    @classmethod
+    def from_result(cls, result: object) -> ToolDurabilityError | None:
+        """The error a recorded tool result stands for, or None if it is not one."""
+        if not isinstance(result, dict) or result.get("kind") != cls.KIND:
+            return None
+        return cls(str(result.get("toolName", "")), str(result.get("toolCallId", "")))
 
 
 Handler = Callable[[Any, ToolContext], Any]
@@ -204,14 +281,16 @@ ask_operator = Tool(
 )
 
 
-def _rule_fingerprint(rule: ApprovalRule) -> str | bool:
-    if not callable(rule):
-        return bool(rule)
+def _source_fingerprint(code: Callable[..., Any]) -> str:
     try:
-        source = inspect.getsource(rule)
+        source = inspect.getsource(code)
     except (OSError, TypeError):
-        source = getattr(rule, "__qualname__", repr(rule))
+        source = getattr(code, "__qualname__", repr(code))
     return "rule:" + hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _rule_fingerprint(rule: ApprovalRule) -> str | bool:
+    return _source_fingerprint(rule) if callable(rule) else bool(rule)
 
 
 def _canonical(value: object) -> str:
@@ -223,14 +302,49 @@ def digest(value: object) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()
 
 
+History = list[dict[str, Any]]
+Compactor = Callable[[History], History]
+
+# The settings of the fingerprint's "settings" part, with their defaults (see Agent).
+_SETTING_DEFAULTS: dict[str, Any] = {
+    "max_tokens": 1024,
+    "thinking_budget": None,
+    "history_runs": None,
+    "compact_history": None,
+}
+
+
 @dataclass(frozen=True)
 class Agent:
     """An agent version defined in code.
 
-    The fingerprint covers everything that changes behaviour: model, instructions, tools and
-    their schemas, recovery policies and approval rules. Bump `version` when it changes.
-    max_steps: model requests allowed in one run (default 10). model_retry: None (default)
-    fails the run on the first model error.
+    max_steps: model requests allowed in one run (default 10).
+    model_retry: None (default) fails the run on the first model error.
+    max_tokens: the longest answer the model may give in one request (default 1024); an answer
+        cut off there never completes a run, and its tool calls never run.
+    thinking_budget: tokens of extended thinking per request (None, the default: off); the
+        thinking blocks are kept and sent back unchanged while tool use goes on.
+    timeout: seconds one model request may take (None: the adapter's default).
+    prompt_caching: mark the system prompt, tools and transcript as cacheable (default True).
+    history_runs: how many earlier runs of the session the model is shown (None, the default:
+        all of them). Every earlier run counts, failed and cancelled ones included, with what
+        its tool calls did and why it ended.
+    compact_history: a function given the earlier runs' messages (Messages API shape, roles
+        alternating) that returns the messages to send instead, e.g. a summary. It must be
+        deterministic (replays rebuild the request and compare it with the log) and keep every
+        tool_use answered by its tool_result.
+
+    The fingerprint covers what a recorded run means: model, instructions, tools and their
+    schemas, recovery policies and approval rules, and the settings that change what the model
+    is asked or produces: max_tokens and thinking_budget (the answer), history_runs and
+    compact_history (what the model is shown). A code change there under the same version
+    blocks the runs in flight, since their log was recorded under other terms. These settings
+    enter the fingerprint only when they differ from their defaults, so agents defined before
+    the settings existed (the demo's among them) keep their fingerprint and their registrations.
+    Left out on purpose: max_steps and model_retry are limits on how far and how often a run
+    goes; raising them never changes what was recorded, and lets an operator finish a run that
+    hit them (raise the limit, retry). timeout and prompt_caching change how a request travels,
+    not what it asks. Bump `version` when the fingerprint changes.
     """
 
     name: str
@@ -243,6 +357,11 @@ class Agent:
     max_tokens: int = 1024
     # Per-tool recovery overrides: {"search": "safe"}; every name must be a tool of this agent.
     recovery: Mapping[str, Recovery] = field(default_factory=dict)
+    thinking_budget: int | None = None
+    timeout: float | None = None
+    prompt_caching: bool = True
+    history_runs: int | None = None
+    compact_history: Compactor | None = None
     # The model client; None uses the project default (see runtime.registry.default_model).
     llm: Model | None = field(default=None, compare=False, repr=False)
 
@@ -273,6 +392,27 @@ class Agent:
             raise AgentDefinitionError(f"agent {self.name!r}: max_steps must be >= 1")
         if self.model_retry is not None and not isinstance(self.model_retry, ModelRetry):
             raise AgentDefinitionError(f"agent {self.name!r}: model_retry must be a ModelRetry")
+        if not _positive_int(self.max_tokens):
+            raise AgentDefinitionError(f"agent {self.name!r}: max_tokens must be >= 1")
+        if self.thinking_budget is not None and not (
+            _positive_int(self.thinking_budget) and self.thinking_budget < self.max_tokens
+        ):
+            # The Messages API requires budget_tokens < max_tokens.
+            raise AgentDefinitionError(
+                f"agent {self.name!r}: thinking_budget must be >= 1 and below max_tokens"
+            )
+        if self.timeout is not None and not (
+            isinstance(self.timeout, int | float) and self.timeout > 0
+        ):
+            raise AgentDefinitionError(f"agent {self.name!r}: timeout must be > 0 seconds")
+        if self.history_runs is not None and not (
+            isinstance(self.history_runs, int)
+            and not isinstance(self.history_runs, bool)
+            and self.history_runs >= 0
+        ):
+            raise AgentDefinitionError(f"agent {self.name!r}: history_runs must be >= 0")
+        if self.compact_history is not None and not callable(self.compact_history):
+            raise AgentDefinitionError(f"agent {self.name!r}: compact_history must be callable")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -299,7 +439,17 @@ class Agent:
             },
             "recovery": {t.name: self.policy_for(t) for t in self.tools},
             "approval": {t.name: _rule_fingerprint(t.requires_approval) for t in self.tools},
+            **({"settings": settings} if (settings := self._changed_settings()) else {}),
         }
+
+    def _changed_settings(self) -> dict[str, Any]:
+        """The fingerprinted settings that differ from their defaults, as JSON."""
+        changed: dict[str, Any] = {}
+        for name, default in _SETTING_DEFAULTS.items():
+            value = getattr(self, name)
+            if value != default:
+                changed[name] = _source_fingerprint(value) if callable(value) else value
+        return changed
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -311,8 +461,10 @@ class Agent:
 def spec_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The parts of two agent specs that differ, as [{"part", "saved", "current"}]."""
     differences = []
-    for part in ("model", "instructions", "tools", "recovery", "approval"):
-        before, after = saved.get(part), current.get(part)
+    for part in ("model", "instructions", "tools", "recovery", "approval", "settings"):
+        # An agent with every setting at its default has no "settings" part.
+        missing: dict[str, Any] | None = {} if part == "settings" else None
+        before, after = saved.get(part, missing), current.get(part, missing)
         if isinstance(before, dict) and isinstance(after, dict):
             for name in sorted(set(before) | set(after)):
                 if before.get(name) != after.get(name):
@@ -326,6 +478,10 @@ def spec_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> li
         elif before != after:
             differences.append({"part": part, "saved": before, "current": after})
     return differences
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def validate_input(tool_: Tool, arguments: Mapping[str, Any]) -> BaseModel | str:

@@ -6,6 +6,10 @@ a deterministic key; a call whose outcome is in the log is replayed from it, a c
 intent but no outcome goes through its recovery policy, and a new call is run between an
 intent write and an outcome write. The loop stops when the run completes, fails or needs a
 person; each of those is one fenced transition.
+
+Nothing loops unbounded (C13, C14): every claim counts as a crash until it ends in such a
+transition, and a run whose claims keep crashing (a dead worker, an unexpected exception) goes
+to needs_attention; an operation re-run after crashes has an attempt budget.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 import socket
 import threading
 from typing import Any
@@ -23,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentops.models import (
     AttentionReason,
+    ErrorKind,
     Interaction,
     InteractionKind,
     InteractionStatus,
@@ -33,15 +39,48 @@ from agentops.models import (
     RunStatus,
 )
 from runtime import clock, faults, jsonvalues, registry, store, tracing
-from runtime.agents import Agent, Tool, ToolContext, digest, validate_input
-from runtime.errors import InvalidInput, LeaseLost, ModelError
+from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
+from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
-from runtime.transcript import session_history, tool_result_block
+from runtime.transcript import (
+    NUDGE,
+    append,
+    has_answer,
+    joined,
+    session_history,
+    text_block,
+    tool_result_block,
+    visible_content,
+)
 
 log = logging.getLogger(__name__)
 
-# Without a ModelRetry, a model request interrupted by crashes is re-run at most this often.
-CRASHED_MODEL_ATTEMPTS = 3
+# Stop reasons that end the turn without an answer (S1, S2), and PromptTooLong's reason: the run
+# goes to needs_attention with the reason said plainly; an operator may retry (ask again). Why
+# not continue on our own: a max_tokens answer may end inside a tool call whose arguments are cut
+# off, and asking again costs as much as the first request and may truncate the same way; a
+# person who sees the reason can retry, raise the limit in a new version, or cancel. The
+# response is recorded as a failed request, so a retry asks again instead of replaying it.
+MODEL_STOPS = {
+    "max_tokens": "the model's answer was cut off at the agent's max_tokens: it is incomplete, "
+    "so it was not used and none of its tool calls ran. Retry to ask again, or raise max_tokens "
+    "in a new version of the agent.",
+    "refusal": "the model declined to answer this request. Retry to ask again, or cancel the run.",
+    "model_context_window_exceeded": "the model's answer filled its context window and is "
+    "incomplete, so it was not used. Retry to ask again, or bound the agent's history "
+    "(history_runs) in a new version.",
+    "prompt_too_long": "the conversation no longer fits the model's context window (prompt too "
+    "long), so the model was not asked. Retrying will fail the same way until the agent's "
+    "history is bounded (history_runs or compact_history, in a new version); or cancel the run.",
+}
+
+
+def crash_loop_claims() -> int:
+    return int(settings.AGENTOPS_CRASH_LOOP_CLAIMS)
+
+
+def operation_attempts() -> int:
+    return int(settings.AGENTOPS_OPERATION_ATTEMPTS)
 
 
 class _Stop(Exception):
@@ -67,7 +106,78 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
         log.warning("run %s: lease lost, stopping without further writes", run_id)
     except _Stop:
         pass
+    except Exception as exc:  # a bug or a failed checkpoint: never leave the run `running`
+        log.exception("run %s: the claim ended in an unexpected exception", run_id)
+        _record_crash(run, exc)
     return True
+
+
+def _record_crash(run: Run, exc: Exception) -> None:
+    """After an unexpected exception: try again soon, or stop as a crash loop (C13)."""
+    crash = describe_crash(exc)
+    try:
+        if run.crashed_claims >= crash_loop_claims():
+            _crash_loop(run, crash, run.crashed_claims)
+        else:
+            # Due at once: the sweep hands it over again, which paces the loop.
+            now = clock.now()
+            store.transition(
+                run,
+                RunStatus.RETRY_WAIT,
+                "retry_scheduled",
+                data={
+                    "reason": "crash",
+                    "error": crash,
+                    "crashed_claims": run.crashed_claims,
+                    "next_attempt_at": now.isoformat(),
+                },
+                next_attempt_at=now,
+                error=crash,
+                last_crash=crash,
+                crashed_claims=run.crashed_claims,
+            )
+    except (_Stop, LeaseLost):  # recorded; or the run is no longer this claim's to record
+        pass
+    except Exception:  # the database is gone too: the lease expires, the next claim counts it
+        log.exception("run %s: could not record the crash", run.pk)
+
+
+def _crash_loop(run: Run, crash: str, claims: int) -> None:
+    """Stop the run as a crash loop after `claims` crashed claims. The block ends this claim
+    cleanly (the count is reset), so an operator's retry gets a fresh budget."""
+    detail = {
+        "message": f"{claims} claims in a row ended in a crash (the last: {crash}); nothing "
+        "more runs until an operator retries or cancels the run",
+        "claims": claims,
+        "last_crash": crash,
+    }
+    store.transition(
+        run,
+        RunStatus.NEEDS_ATTENTION,
+        "blocked",
+        data={"reason": AttentionReason.CRASH_LOOP, **detail},
+        attention_reason=AttentionReason.CRASH_LOOP,
+        attention_detail=detail,
+        blocked_operation="",
+        last_crash=crash,
+    )
+    raise _Stop
+
+
+_CREDENTIALS_IN_URL = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")
+_SECRET_NAMES = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def describe_crash(exc: BaseException) -> str:
+    """The exception's type and message for the run's record: bounded, and with every secret
+    the process knows (settings, environment, database password, URL credentials) masked."""
+    text = f"{type(exc).__name__}: {exc}"
+    secrets = [settings.SECRET_KEY, connection.settings_dict.get("PASSWORD") or ""]
+    secrets += [value for name, value in os.environ.items() if _SECRET_NAMES.search(name)]
+    for secret in sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    text = _CREDENTIALS_IN_URL.sub(r"\1[redacted]@", text)
+    return text if len(text) <= 2000 else text[:2000] + "…"
 
 
 class _Heartbeat:
@@ -117,25 +227,48 @@ class _Turn:
     # --- the loop ----------------------------------------------------------------------------
 
     def execute(self) -> None:
+        self._check_crash_loop()
         agent = self._checked_agent()
         # A session's first run has no earlier transcript: skip the query.
-        history = session_history(self.run) if self.run.seq > 1 else []
-        messages: list[dict[str, Any]] = [*history, {"role": "user", "content": self.run.input}]
+        history = session_history(self.run, runs=agent.history_runs) if self.run.seq > 1 else []
+        if history and agent.compact_history is not None:
+            history = joined([agent.compact_history(history)])
+        # `own` is this run's part, for its transcript; `messages` what the model is sent. Both
+        # grow alike: a message merges into the one before it only when their roles match, and
+        # after the first message that depends on `own` alone.
+        own: list[dict[str, Any]] = []
+        messages = joined([history])
+
+        def add(role: str, content: str | list[dict[str, Any]]) -> None:
+            append(own, role, content)
+            append(messages, role, content)
+
+        add("user", self.run.input)
+        nudged = False
         for step in range(1, agent.max_steps + 1):
             response = self._model_call(agent, step, messages)
-            messages.append(
-                {"role": "assistant", "content": [b.model_dump() for b in response.content]}
-            )
+            content = visible_content(response)
+            if response.stop_reason == "pause_turn":
+                # The turn goes on: the paused content goes back as it is, the model continues.
+                add("assistant", content)
+                continue
             if not response.tool_uses:
+                if has_answer(response):
+                    add("assistant", content)
+                elif not nudged:
+                    # An empty end: never stored nor sent back (S3); asked once to go on.
+                    nudged = True
+                    add("user", [text_block(NUDGE)])
+                    continue
                 self._finish(
                     RunStatus.COMPLETED,
                     "completed",
                     output=response.text,
-                    transcript=messages[len(history) :],
+                    transcript=own,
                     steps=step,
                 )
-            results = [self._tool_call(agent, step, use) for use in response.tool_uses]
-            messages.append({"role": "user", "content": results})
+            add("assistant", content)
+            add("user", [self._tool_call(agent, step, use) for use in response.tool_uses])
         self._finish(
             RunStatus.FAILED,
             "failed",
@@ -160,6 +293,29 @@ class _Turn:
             blocked_operation=key,
         )
         raise _Stop
+
+    # --- crashes -----------------------------------------------------------------------------
+
+    def _check_crash_loop(self) -> None:
+        """This claim is counted already: the claims before it that crashed are one fewer."""
+        crashed = self.run.crashed_claims - 1
+        if crashed >= crash_loop_claims():
+            _crash_loop(self.run, self.run.last_crash, crashed)
+
+    def _attempts_exhausted(self, op: Operation, attempts: int, limit: int) -> None:
+        self._block(
+            AttentionReason.ATTEMPTS_EXHAUSTED,
+            {
+                "message": f"{op.name} ({op.key}) was interrupted by crashes {attempts} times "
+                f"(the budget is {limit}); it is not run again until an operator retries or "
+                "cancels the run",
+                "operation": op.key,
+                "operation_id": op.operation_id,
+                "name": op.name,
+                "attempts": attempts,
+            },
+            key=op.key,
+        )
 
     # --- versions ----------------------------------------------------------------------------
 
@@ -197,6 +353,9 @@ class _Turn:
             messages=messages,
             tools=tools,
             max_tokens=agent.max_tokens,
+            thinking_budget=agent.thinking_budget,
+            timeout=agent.timeout,
+            cache=agent.prompt_caching,
         )
         # The messages come from the log itself; their digest is enough to detect divergence.
         saved_input = {
@@ -209,13 +368,8 @@ class _Turn:
         op = self._replayable(key, saved_input, input_hash)
         if op is not None and op.status == OperationStatus.COMPLETED:
             return ModelResponse.model_validate(op.result)
-        limit = agent.model_retry.max_attempts if agent.model_retry else CRASHED_MODEL_ATTEMPTS
-        if op is not None and op.status == OperationStatus.STARTED and op.attempts >= limit:
-            self._finish(
-                RunStatus.FAILED,
-                "failed",
-                error=f"model request {key} was interrupted {op.attempts} times",
-            )
+        if op is not None:
+            self._before_model_attempt(agent, op)
         faults.reach("before_intent", self.run, key, "model")
         op = store.write_intent(
             self.run,
@@ -231,53 +385,134 @@ class _Turn:
         faults.reach("after_intent", self.run, key, "model")
         try:
             with tracing.model_span(self.run, key, request) as span:
-                response = registry.model_client(agent).complete(
+                raw = registry.model_client(agent).complete(
                     request, operation_id=_op_id(self.run, key)
                 )
-                span.model_response(response)
+                span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
-            jsonvalues.check(response.model_dump(mode="json"), what="model output")
+            dumped = raw.model_dump(mode="json")
+            jsonvalues.check(dumped, what="model output")
+            # What the log will give back on a replay, so both passes send the same (V4).
+            response = ModelResponse.model_validate(jsonvalues.normalized(dumped))
         except LeaseLost:
             raise
         except Exception as exc:  # every error inside the model call is the model's
-            message = exc.message if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-            store.write_outcome(self.run, op, status=OperationStatus.FAILED, error=message)
-            self._after_model_error(agent, op, message)
+            self._model_failed(agent, op, exc)
         faults.reach("after_handler", self.run, key, "model")
+        result = response.model_dump(mode="json")
+        usage = response.usage.model_dump()
+        stop = response.stop_reason
+        if stop in MODEL_STOPS:
+            # Not an answer: recorded as a failed request, so a retry asks again (S1, S2).
+            stopped = {"stopped": stop, "response": result}
+            store.write_outcome(
+                self.run, op, status=OperationStatus.FAILED, result=stopped, error=stop, usage=usage
+            )
+            faults.reach("after_outcome", self.run, key, "model")
+            self._model_stopped(op, stop)
         store.write_outcome(
-            self.run,
-            op,
-            status=OperationStatus.COMPLETED,
-            result=response.model_dump(mode="json"),
-            usage=response.usage.model_dump(),
+            self.run, op, status=OperationStatus.COMPLETED, result=result, usage=usage
         )
         faults.reach("after_outcome", self.run, key, "model")
         return response
+
+    def _before_model_attempt(self, agent: Agent, op: Operation) -> None:
+        """Checks before a logged model request is attempted again (T6, T8, C14)."""
+        if op.status == OperationStatus.FAILED and store.last_word_is_outcome(self.run, op.key):
+            # The failed outcome committed, the run's move did not (a crash in between): make
+            # that move now, from the log, instead of spending another attempt.
+            self._after_failed_outcome(agent, op)
+        limit = agent.model_retry.max_attempts if agent.model_retry else operation_attempts()
+        if op.attempts < limit:
+            return
+        if op.status == OperationStatus.STARTED:
+            self._attempts_exhausted(op, op.attempts, limit)
+        if op.status == OperationStatus.FAILED:
+            self._finish(
+                RunStatus.FAILED,
+                "failed",
+                error=f"model error after {op.attempts} attempts: {op.error}",
+            )
+
+    def _model_failed(self, agent: Agent, op: Operation, exc: Exception) -> None:
+        if isinstance(exc, PromptTooLong):
+            stopped = {"stopped": "prompt_too_long", "error": exc.message}
+            store.write_outcome(
+                self.run, op, status=OperationStatus.FAILED, result=stopped, error=exc.message
+            )
+            faults.reach("after_outcome", self.run, op.key, "model")
+            self._model_stopped(op, "prompt_too_long")
+        if isinstance(exc, ModelError):
+            message, transient, retry_after = exc.message, exc.transient, exc.retry_after
+        else:  # an adapter's unexpected error: no reason to think waiting heals it
+            message, transient, retry_after = f"{type(exc).__name__}: {exc}", False, None
+        failure = {"transient": transient, "retry_after": retry_after}
+        store.write_outcome(
+            self.run, op, status=OperationStatus.FAILED, result=failure, error=message
+        )
+        # A crash here leaves the failed outcome without the run's move: see _before_model_attempt.
+        faults.reach("after_outcome", self.run, op.key, "model")
+        self._after_model_error(agent, op, message, transient=transient, retry_after=retry_after)
+
+    def _after_failed_outcome(self, agent: Agent, op: Operation) -> None:
+        recorded = op.result if isinstance(op.result, dict) else {}
+        if "stopped" in recorded:
+            self._model_stopped(op, str(recorded["stopped"]))
+        self._after_model_error(
+            agent,
+            op,
+            op.error,
+            transient=bool(recorded.get("transient")),
+            retry_after=recorded.get("retry_after"),
+        )
+
+    def _model_stopped(self, op: Operation, reason: str) -> None:
+        self._block(
+            AttentionReason.MODEL_STOPPED,
+            {
+                "message": f"The model stopped without an answer ({reason}): {MODEL_STOPS[reason]}",
+                "stop_reason": reason,
+                "operation": op.key,
+            },
+            key=op.key,
+        )
 
     def _static_request_parts(self, agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
         """The tool specs and the step-independent part of the saved input, once per turn:
         rebuilding the JSON schemas for every step cost more than the step's durable writes."""
         if self._request_parts is None:
             tools = [t.model_spec() for t in agent.tools]
-            self._request_parts = (
-                tools,
-                {
-                    "model": agent.model,
-                    "system_sha256": digest(agent.instructions),
-                    "tools": [t.name for t in agent.tools],
-                    "tools_sha256": digest([t.model_dump() for t in tools]),
-                    "max_tokens": agent.max_tokens,
-                },
-            )
+            parts: dict[str, Any] = {
+                "model": agent.model,
+                "system_sha256": digest(agent.instructions),
+                "tools": [t.name for t in agent.tools],
+                "tools_sha256": digest([t.model_dump() for t in tools]),
+                "max_tokens": agent.max_tokens,
+            }
+            # Only when set: requests logged before the setting existed keep their hash.
+            if agent.thinking_budget is not None:
+                parts["thinking_budget"] = agent.thinking_budget
+            self._request_parts = (tools, parts)
         return self._request_parts
 
-    def _after_model_error(self, agent: Agent, op: Operation, message: str) -> None:
+    def _after_model_error(
+        self,
+        agent: Agent,
+        op: Operation,
+        message: str,
+        *,
+        transient: bool,
+        retry_after: float | None,
+    ) -> None:
+        kind = ErrorKind.TRANSIENT if transient else ErrorKind.PERMANENT
         policy = agent.model_retry
         if policy is None or op.attempts >= policy.max_attempts:
             tries = f" after {op.attempts} attempts" if policy else ""
-            self._finish(RunStatus.FAILED, "failed", error=f"model error{tries}: {message}")
+            self._finish(
+                RunStatus.FAILED, "failed", error=f"model error{tries}: {message}", error_kind=kind
+            )
         assert policy is not None
-        delay = policy.delay_after(op.attempts)
+        delay = policy.delay_after(op.attempts, retry_after=retry_after)
         due = clock.now() + dt.timedelta(seconds=delay)
         store.transition(
             self.run,
@@ -289,9 +524,11 @@ class _Turn:
                 "max_attempts": policy.max_attempts,
                 "next_attempt_at": due.isoformat(),
                 "error": message,
+                "error_kind": kind,
             },
             next_attempt_at=due,
             error=message,
+            error_kind=kind,
         )
         raise _Stop
 
@@ -341,7 +578,12 @@ class _Turn:
                 )
                 return tool_result_block(use.id, result, is_error)
 
-        if op is not None:  # intent committed, outcome missing: the recovery policy decides
+        rerun = ""
+        if op is not None and op.status == OperationStatus.NOT_RUN:
+            # An operator verified that the call did not happen and chose to run it again (R4):
+            # it runs once more with the same operation id, whatever its policy.
+            rerun = "an operator verified that it did not run"
+        elif op is not None:  # intent committed, outcome missing: the recovery policy decides
             if policy == "manual":
                 self._block(
                     AttentionReason.UNCERTAIN_OPERATION,
@@ -355,18 +597,16 @@ class _Turn:
                     key=key,
                 )
             if policy == "report":
-                result = {
-                    "kind": "tool-durability-error",
-                    "error": f"Tool {tool.name!r} (call {use.id}) was requested but its execution "
-                    "did not complete durably: it may have run. Check before trying again.",
-                    "toolName": tool.name,
-                    "toolCallId": use.id,
-                }
+                durability = ToolDurabilityError(tool.name, use.id).to_result()
                 store.write_outcome(
-                    self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=True
+                    self.run, op, status=OperationStatus.COMPLETED, result=durability, is_error=True
                 )
-                return tool_result_block(use.id, result, True)
-            # safe and idempotent: run again, with the same operation id.
+                return tool_result_block(use.id, durability, True)
+            # safe and idempotent: run again, with the same operation id, within a budget.
+            attempts = store.intents_since_a_person_acted(self.run, key)
+            if attempts >= operation_attempts():
+                self._attempts_exhausted(op, attempts, operation_attempts())
+            rerun = "recovery"
         faults.reach("before_intent", self.run, key, tool.name)
         op = store.write_intent(
             self.run,
@@ -377,6 +617,7 @@ class _Turn:
             policy=policy,
             input=saved_input,
             input_hash=input_hash,
+            rerun=rerun,
         )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
@@ -399,7 +640,8 @@ class _Turn:
             faults.reach("in_handler", self.run, op.key, tool.name)
             result = tool.validate_output(value)
             jsonvalues.check(result, what=f"result of {tool.name}")
-            return result, False
+            # Stored and shown as the log will give it back on a replay (V4).
+            return jsonvalues.normalized(result), False
         except ValidationError as exc:
             return {"error": f"{tool.name} returned output that fails its schema: {exc}"}, True
         except InvalidInput as exc:
@@ -449,5 +691,9 @@ def _op_id(run: Run, key: str) -> str:
 
 def _context(run: Run, op: Operation) -> ToolContext:
     return ToolContext(
-        run_id=str(run.pk), operation_key=op.key, operation_id=op.operation_id, attempt=op.attempts
+        run_id=str(run.pk),
+        operation_key=op.key,
+        operation_id=op.operation_id,
+        attempt=op.attempts,
+        fence=run.fence,
     )

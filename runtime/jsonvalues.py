@@ -3,12 +3,16 @@
 Both databases must be able to store the value as it is: no NaN/Infinity (not JSON), no NUL
 characters (PostgreSQL's jsonb refuses them), no lone surrogates (not encodable as UTF-8), a
 bounded depth and a bounded size.
+
+`normalized` gives a value as the databases give it back, so that what the engine hashes and
+shows the model on its first pass is what it rebuilds from the log on a replay (V4).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -109,3 +113,30 @@ def check_text(text: str, *, what: str = "text", max_length: int | None = None) 
     if max_length is not None and len(text) > max_length:
         raise InvalidInput(f"the {what} is longer than {max_length} characters")
     return text
+
+
+def normalized(value: Any) -> Any:
+    """`value` as both databases return it after storing it: the engine's canonical JSON.
+
+    PostgreSQL's jsonb keeps a number as a decimal and prints it without an exponent, so a
+    float comes back rewritten: 1e20 as the integer 100000000000000000000, -0.0 as 0.0 (1.0
+    and 1.5e-07 come back as they were). SQLite keeps the text as written. Rewriting every
+    float the way jsonb does, before anything is stored or hashed, makes the value a fixed
+    point of both: stored anywhere and read back, it is equal and hashes the same.
+    """
+    if isinstance(value, float):
+        return _jsonb_number(value)
+    if isinstance(value, dict):
+        return {key: normalized(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [normalized(item) for item in value]
+    return value
+
+
+def _jsonb_number(number: float) -> int | float:
+    # json.dumps writes a float as repr(); jsonb parses that text into a decimal with its
+    # scale, and prints it in positional notation, without the sign of a zero.
+    exact = Decimal(repr(number))
+    text = format(abs(exact) if exact.is_zero() else exact, "f")
+    # json.loads reads a number without a point as an int, as Django does on the way back.
+    return float(text) if "." in text else int(text)

@@ -47,6 +47,7 @@ from agentops.models import (
     Interaction,
     InteractionStatus,
     Operation,
+    OperationKind,
     OperationStatus,
     Run,
     RunStatus,
@@ -325,9 +326,15 @@ _SEEN = (
     "status = 'queued' OR (status = 'running' AND lease_expires_at < %(now)s) "
     "OR (status = 'retry_wait' AND next_attempt_at <= %(now)s))"
 )
+# Every claim counts as a crash until it ends cleanly (a transition out of `running` resets
+# the count): a worker that dies, or a claim that ends in an unexpected exception, leaves it up.
+# Taking over an expired lease records the lost worker as the last crash (the CASE reads the
+# status before the UPDATE).
 _CLAIM = (
     f"UPDATE {_RUN} SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s, "
-    "fence = fence + 1, next_attempt_at = NULL, updated_at = %(now)s "
+    "fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1, "
+    "last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END, "
+    "updated_at = %(now)s "
     "WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s"
 )
 
@@ -353,7 +360,8 @@ def claim(run_id: Any, owner: str) -> Run | None:
     if seen is None:
         return None
     status, fence, previous_owner = seen
-    params.update(status=status, fence=fence)
+    lost = f"the worker {previous_owner} lost the run: its lease expired (it died or stalled)"
+    params.update(status=status, fence=fence, lost=lost)
     written = [_Event(run_id, "claimed", "", {"owner": owner, "fence": fence + 1}, now)]
     if status == RunStatus.RUNNING:
         data = {"previous_owner": previous_owner, "owner": owner}
@@ -384,6 +392,12 @@ def fenced(run: Run) -> Iterator[None]:
 
 
 _CHECKED_FENCED = fenced
+
+
+def still_running(run_id: Any, fence: int) -> bool:
+    """Whether the claim with `fence` still holds the run: False once it was cancelled or taken
+    over (cancel bumps the fence too). One primary-key read, cheap enough to poll."""
+    return Run.objects.filter(pk=run_id, fence=fence, status=RunStatus.RUNNING).exists()
 
 
 def renew(run: Run) -> None:
@@ -481,8 +495,12 @@ def write_intent(
     policy: str,
     input: dict[str, Any],
     input_hash: str,
+    rerun: str = "",
 ) -> Operation:
-    """Write 1 of 2: the operation's full input, committed before it is dispatched."""
+    """Write 1 of 2: the operation's full input, committed before it is dispatched.
+
+    `rerun` says, in the intent's event, why an operation with an earlier intent runs again.
+    """
     now = clock.now()
     if existing is None:
         return _insert_operation(
@@ -500,7 +518,9 @@ def write_intent(
         )
     db = _db()
     attempts = existing.attempts + 1
-    data = {"call": kind, "name": name, "attempt": attempts}
+    data: dict[str, Any] = {"call": kind, "name": name, "attempt": attempts}
+    if rerun:
+        data["rerun"] = rerun
     params = {
         **_hold_params(db, run, now),
         "op": existing.pk,
@@ -554,7 +574,8 @@ def write_outcome(
     # "during_outcome" sits inside it, after the statement, and must roll it back whole.
     with _fenced_write(db, run, atomic=True) as (cursor, statements):
         event_id, _ = _write(db, run, cursor, statements, name="outcome", params=params)
-        faults.reach("during_outcome", run, op.key, op.name)
+        # Model requests are reached as "model" at every window, as the harness targets them.
+        faults.reach("during_outcome", run, op.key, _operation_name(op))
     _publish(db, event_id, _Event(run.pk, "outcome", op.key, data, now))
     op.status, op.result, op.is_error, op.error, op.usage, op.outcome_at = (
         status,
@@ -564,6 +585,10 @@ def write_outcome(
         usage,
         now,
     )
+
+
+def _operation_name(op: Operation) -> str:
+    return "model" if op.kind == OperationKind.MODEL else op.name
 
 
 def record(
@@ -607,10 +632,15 @@ def transition(
     data: dict[str, Any] | None = None,
     **fields: Any,
 ) -> None:
-    """Move the owned run out of `running` (done, failed, waiting, …), releasing the lease."""
+    """Move the owned run out of `running` (done, failed, waiting, …), releasing the lease.
+
+    The claim ended cleanly: its crash count is reset, and the last model error's kind is
+    cleared, unless `fields` set them.
+    """
     now = clock.now()
     db = _db()
     data = data or {}
+    fields = {"crashed_claims": 0, "error_kind": "", **fields}
     params: dict[str, Any] = {
         "run": _run_id(db, run.pk),
         "fence": run.fence,
@@ -663,7 +693,12 @@ def request_interaction(
             created_at=now,
         )
         Run.objects.filter(pk=run.pk).update(
-            status=RunStatus.WAITING, lease_owner="", lease_expires_at=None, updated_at=now
+            status=RunStatus.WAITING,
+            lease_owner="",
+            lease_expires_at=None,
+            crashed_claims=0,
+            error_kind="",
+            updated_at=now,
         )
         event(run.pk, f"{kind}_requested", key=key, interaction=str(interaction.pk), tool=tool_name)
     run.status = RunStatus.WAITING
@@ -680,6 +715,28 @@ def due_run_ids(limit: int = 500) -> list[Any]:
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]
     )
+
+
+def intents_since_a_person_acted(run: Run, key: str) -> int:
+    """Intents written for `key` since a person last acted on the run (submitted, retried,
+    resolved, …): the attempts an operation has made on its own, for its crash budget."""
+    last = Event.objects.filter(run=run).exclude(actor=RUNTIME).order_by("-id").values("id").first()
+    return Event.objects.filter(
+        run=run, operation_key=key, kind="intent", id__gt=last["id"] if last else 0
+    ).count()
+
+
+def last_word_is_outcome(run: Run, key: str) -> bool:
+    """Whether the outcome of `key` is the last thing written for the run, claims aside: the
+    outcome committed and the run's move after it did not (its worker died in between)."""
+    last = (
+        Event.objects.filter(run=run)
+        .exclude(kind__in=("claimed", "lease_expired"))
+        .order_by("-id")
+        .values("kind", "operation_key")
+        .first()
+    )
+    return last is not None and last["kind"] == "outcome" and last["operation_key"] == key
 
 
 def pending_interactions(run: Run) -> Any:

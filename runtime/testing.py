@@ -5,19 +5,25 @@
     testing.recover(run.pk)             # the lease expires; a new worker takes over
 
 Windows: before_intent, after_intent, in_handler, after_handler, during_outcome (the outcome
-transaction rolls back), after_outcome. The crash is a BaseException, so nothing in the engine
-or a tool can catch it, exactly like a process that died.
+transaction rolls back), after_outcome. A tool is targeted by its name, model requests as
+"model" (in every window but in_handler; a failed model request reaches after_outcome too). The
+crash is a BaseException, so nothing in the engine or a tool can catch it, exactly like a
+process that died.
+
+    with testing.fixed_jitter(1.0):     # backoff delays at their ceiling, for exact timers
+        ...
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from agentops.models import Run, RunStatus
-from runtime import clock, engine, faults
+from runtime import agents, clock, engine, faults
 from runtime.registry import code_defines
 
 __all__ = [
@@ -25,8 +31,10 @@ __all__ = [
     "code_defines",
     "crash_at",
     "expire_lease",
+    "fixed_jitter",
     "recover",
     "run_until_idle",
+    "seeded_jitter",
 ]
 
 
@@ -75,3 +83,37 @@ def recover(run_id: Any) -> Run:
     """What a replacement worker does after a crash: take the run over and go on."""
     expire_lease(run_id)
     return run_until_idle(run_id)
+
+
+class _Fixed(random.Random):
+    def __init__(self, fraction: float) -> None:
+        super().__init__()
+        self.fraction = fraction
+
+    def random(self) -> float:
+        return self.fraction
+
+
+@contextmanager
+def _jitter_source(source: random.Random) -> Iterator[None]:
+    previous, agents._random = agents._random, source
+    try:
+        yield
+    finally:
+        agents._random = previous
+
+
+@contextmanager
+def fixed_jitter(fraction: float) -> Iterator[None]:
+    """Every backoff draws `fraction` (0 to 1) of its ceiling inside the block."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"a jitter fraction is between 0 and 1, got {fraction!r}")
+    with _jitter_source(_Fixed(fraction)):
+        yield
+
+
+@contextmanager
+def seeded_jitter(seed: int) -> Iterator[None]:
+    """Backoff jitter from a generator seeded with `seed`: the same draws on every run."""
+    with _jitter_source(random.Random(seed)):
+        yield

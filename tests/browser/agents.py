@@ -46,7 +46,10 @@ HOSTILE = (
 flaky_desk = replace(
     refund_desk_v1,
     name="flaky-desk",
-    model_retry=ModelRetry(max_attempts=3, initial_delay=RETRY_DELAY, max_delay=RETRY_DELAY),
+    # Exact timers (no jitter): the countdown test reads a known delay.
+    model_retry=ModelRetry(
+        max_attempts=3, initial_delay=RETRY_DELAY, max_delay=RETRY_DELAY, jitter=False
+    ),
 )
 
 returns_desk_v1 = replace(

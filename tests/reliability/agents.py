@@ -237,7 +237,10 @@ reliability = Agent(
     model="claude-test",
     instructions="Follow the plan.",
     tools=TOOLS,
-    model_retry=ModelRetry(max_attempts=3, initial_delay=RETRY_DELAY, max_delay=RETRY_DELAY),
+    # Exact timers (no jitter): the timer test restarts every worker before they are due.
+    model_retry=ModelRetry(
+        max_attempts=3, initial_delay=RETRY_DELAY, max_delay=RETRY_DELAY, jitter=False
+    ),
     llm=PlanModel(),
 )
 

@@ -35,7 +35,7 @@ def test_it_fails_on_the_first_model_error_without_a_retry_policy(define):
 
 
 def test_it_waits_with_exponential_backoff_and_then_succeeds(define):
-    policy = ModelRetry(max_attempts=3, initial_delay=2, max_delay=3)
+    policy = ModelRetry(max_attempts=3, initial_delay=2, max_delay=3, jitter=False)
     agent = define(make_agent(Flaky(2, [say("hi")]), model_retry=policy))
     with frozen(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)) as clock:
         run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
@@ -70,8 +70,11 @@ def test_it_counts_crashed_model_attempts(define):
         with crash_at("after_intent", tool="model"), pytest.raises(SimulatedCrash):
             recover(run.pk)
     run = recover(run.pk)
-    assert run.status == RunStatus.FAILED
-    assert "interrupted 2 times" in run.error
+    # Interrupted, not failed: past the budget the run waits for a person (C14).
+    assert run.status == RunStatus.NEEDS_ATTENTION
+    assert run.attention_reason == "attempts_exhausted"
+    assert run.attention_detail["operation"] == "step-1/model"
+    assert "interrupted by crashes 2 times" in run.attention_detail["message"]
 
 
 def test_retry_now_ends_the_wait_at_once(define):

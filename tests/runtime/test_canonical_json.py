@@ -1,0 +1,103 @@
+"""A replayed request is compared with the fresh one exactly, on both databases, for every JSON
+value (V4): what is hashed and shown is what the database gives back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from agentops.models import Operation, RunStatus
+from runtime import Agent, ToolContext, submit, tool
+from runtime.agents import digest
+from runtime.jsonvalues import normalized
+from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
+from tests.runtime.edge_support import Recorder, reply, text, use
+
+# Every JSON value a tool or a model may produce that both databases can store.
+numbers = st.one_of(
+    st.integers(min_value=-(2**63) + 1, max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e20, -0.0, 0.0, 1.0, 1.5e-07, 5e-324, 1.7976931348623157e308, 1e16, 2.5]),
+)
+strings = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+documents = st.recursive(
+    st.one_of(st.none(), st.booleans(), numbers, strings),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(strings, inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _exact(value: Any) -> str:
+    # Type-exact: 1, 1.0 and True print differently, as they hash differently.
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=documents)
+def test_v4_every_json_value_reads_back_exactly_as_normalized(value, stored_operation):
+    # Inside an object, as every stored result and input is (a bare None would be SQL NULL).
+    canonical = normalized({"value": value})
+    assert _exact(normalized(canonical)) == _exact(canonical)  # a fixed point
+    Operation.objects.filter(pk=stored_operation.pk).update(result=canonical, input=canonical)
+    back = Operation.objects.values_list("result", "input").get(pk=stored_operation.pk)
+    assert _exact(back[0]) == _exact(canonical)
+    assert digest(back[1]) == digest(canonical)
+
+
+@pytest.fixture
+def stored_operation(define):
+    llm = Recorder(reply(text("hi")))
+    agent = define(Agent(name="json", version="1", model="claude-test", instructions="", llm=llm))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    return Operation.objects.get(run=run, key="step-1/model")
+
+
+class Measure(BaseModel):
+    value: float
+    values: list[float]
+
+
+@tool(recovery="safe")
+def measure(args: Measure, ctx: ToolContext) -> Measure:
+    """Echo the numbers back."""
+    return args
+
+
+NUMBERS = {"value": 1e20, "values": [-0.0, 1.5e-07, 1.0, 1.7976931348623157e308, 123456.789]}
+
+
+def test_v4_a_run_with_numbers_jsonb_rewrites_replays_without_a_mismatch(define):
+    llm = Recorder(
+        reply(use("measure", args=NUMBERS), stop="tool_use"),
+        reply(use("measure", "toolu_2", args=NUMBERS), stop="tool_use"),
+        reply(text("measured")),
+    )
+    agent = define(
+        Agent(
+            name="json", version="1", model="claude-test", instructions="", tools=[measure], llm=llm
+        )
+    )
+    run = submit(agent.name, "measure", actor="alice")
+    # Die after the second tool's outcome: the replay rebuilds both requests from the log.
+    with crash_at("after_outcome", tool="measure", times=2), pytest.raises(SimulatedCrash):
+        run_until_idle(run.pk)
+    with crash_at("after_outcome", tool="measure"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    run = recover(run.pk)
+    assert run.attention_reason == ""
+    assert run.status == RunStatus.COMPLETED
+    assert run.output == "measured"
+    # The model was shown the same numbers on the first pass as the log gives back.
+    shown = llm.requests[1].messages[-1]["content"][0]["content"]
+    assert json.loads(shown) == normalized(NUMBERS)
