@@ -22,7 +22,11 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from agentops.models import (
+from agentops.views.versions import differences
+from runtime import registry
+from runtime.agents import Agent, spec_differences
+from runtime.errors import DurableConflictError, RegistrationError
+from runtime.models import (
     UNFINISHED_STATUSES,
     AgentVersion,
     AttentionReason,
@@ -32,10 +36,6 @@ from agentops.models import (
     Run,
     Session,
 )
-from agentops.views.versions import differences
-from runtime import registry
-from runtime.agents import Agent, spec_differences
-from runtime.errors import DurableConflictError, RegistrationError
 
 MANAGE_VERSIONS = "agentops.manage_agentversion"
 REGISTER, UNREGISTER = "register", "unregister"

@@ -1,7 +1,10 @@
 from django.apps import AppConfig
 
 
-class AgentOpsConfig(AppConfig):
+class ConsoleConfig(AppConfig):
+    """The operator console: views, templates, websockets, the admin and the commands."""
+
     name = "agentops"
-    verbose_name = "AgentOps"
+    label = "console"
+    verbose_name = "AgentOps console"
     default_auto_field = "django.db.models.BigAutoField"

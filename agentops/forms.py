@@ -11,10 +11,10 @@ from typing import Any
 
 from django import forms
 
-from agentops.models import RunStatus
 from agentops.selectors import AuditFilters, RunFilters
 from runtime import jsonvalues
 from runtime.errors import InvalidInput
+from runtime.models import RunStatus
 
 _TEXTAREA = {"rows": 4, "cols": 60}
 

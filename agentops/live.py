@@ -19,7 +19,7 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from agentops.models import Event
+from runtime.models import Event
 
 log = logging.getLogger(__name__)
 

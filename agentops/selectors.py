@@ -15,7 +15,9 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from agentops.models import (
+from runtime import control, registry
+from runtime.agents import Tool
+from runtime.models import (
     UNFINISHED_STATUSES,
     AttentionReason,
     Event,
@@ -28,8 +30,6 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import control, registry
-from runtime.agents import Tool
 from runtime.transcript import run_messages
 
 PAGE_SIZE = 50

@@ -66,6 +66,8 @@ INSTALLED_APPS = [
     "channels",
     # Login lockout after repeated failures (settings under "Security" below).
     "axes",
+    # The runtime's models (app label "agentops"), then the console on top of them.
+    "runtime",
     "agentops",
     # The HTTP API at /api/v1/, its service accounts and tokens (docs/api.md).
     "agentops.api",

@@ -150,7 +150,7 @@ class Seeded:
         waiting = (number // 10) * 10 or 10
         completed = waiting + 5
         from agentops import selectors
-        from agentops.models import Run
+        from runtime.models import Run
 
         first_page = selectors.runs_page(selectors.RunFilters())
         return {

@@ -73,9 +73,9 @@ class Client:
     async def _measure(self, port: int, runs: int) -> dict[str, Any]:
         import websockets
 
-        from agentops.models import Event, Run
         from bench import scenario
         from runtime import submit
+        from runtime.models import Event, Run
 
         frames: list[tuple[float, int]] = []
         pings: list[float] = []
@@ -130,7 +130,7 @@ class Client:
 
     @staticmethod
     async def _until_done(run_id: Any, timeout: float = 30.0) -> None:
-        from agentops.models import Run
+        from runtime.models import Run
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -52,8 +52,8 @@ class Driver:
     def __init__(self, options: dict[str, Any]) -> None:
         from django.core.management import call_command
 
-        from agentops.models import AgentVersion
         from bench import scenario
+        from runtime.models import AgentVersion
 
         if options.get("setup"):
             call_command("migrate", verbosity=0, interactive=False)
@@ -82,9 +82,9 @@ class Driver:
 
     def batch(self, runs: int, timeout: float = 300.0) -> dict[str, Any]:
         """Submit `runs` runs and wait until all completed; seconds from the first submit."""
-        from agentops.models import Run
         from bench import scenario
         from runtime import advance, submit
+        from runtime.models import Run
 
         started = time.perf_counter()
         ids = []
@@ -109,9 +109,9 @@ class Driver:
         """Round trips and commits of one run, submit included (direct drivers only)."""
         from django.db import connection
 
-        from agentops.models import Event
         from bench import scenario
         from runtime import advance, submit
+        from runtime.models import Event
 
         assert self.direct
         connection.ensure_connection()

@@ -289,7 +289,7 @@ class AgentOps:
     def check(self) -> dict[str, Any]:
         from django.db import connection
 
-        from agentops.models import Event, Operation, Run
+        from runtime.models import Event, Operation, Run
 
         run = Run.objects.get(pk=self.run_id)
         assert (run.status, run.output) == ("completed", scenario.ANSWER), (run.status, run.error)

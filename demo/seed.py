@@ -19,10 +19,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.models import Run
 from demo.agents import refund_desk_v1, refund_desk_v2
 from demo.models import Customer, Order
 from runtime import register, respond, submit
+from runtime.models import Run
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 

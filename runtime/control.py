@@ -17,7 +17,18 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Model
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentops.models import (
+from runtime import clock, dispatch, jsonvalues, registry, store
+from runtime.errors import (
+    InteractionClosed,
+    InteractionConflict,
+    InvalidInput,
+    InvalidTransition,
+    NotBlocked,
+    NotFound,
+    RetryRejected,
+    SessionBusy,
+)
+from runtime.models import (
     UNFINISHED_STATUSES,
     AttentionReason,
     Interaction,
@@ -29,17 +40,6 @@ from agentops.models import (
     Run,
     RunStatus,
     Session,
-)
-from runtime import clock, dispatch, jsonvalues, registry, store
-from runtime.errors import (
-    InteractionClosed,
-    InteractionConflict,
-    InvalidInput,
-    InvalidTransition,
-    NotBlocked,
-    NotFound,
-    RetryRejected,
-    SessionBusy,
 )
 
 MAX_MESSAGE_CHARS = 20_000

@@ -26,7 +26,11 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from pydantic import BaseModel, ValidationError
 
-from agentops.models import (
+from runtime import clock, faults, jsonvalues, registry, store, tracing
+from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
+from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
+from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
+from runtime.models import (
     AttentionReason,
     ErrorKind,
     Interaction,
@@ -38,10 +42,6 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import clock, faults, jsonvalues, registry, store, tracing
-from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
-from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
-from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.transcript import (
     NUDGE,
     append,

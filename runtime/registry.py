@@ -19,11 +19,11 @@ from django.core.signals import setting_changed
 from django.db import IntegrityError, transaction
 from django.dispatch import receiver
 
-from agentops.models import UNFINISHED_STATUSES, AgentVersion, AttentionReason, Run
 from runtime import clock, store
 from runtime.agents import Agent, spec_differences
 from runtime.errors import AgentDefinitionError, DurableConflictError, RegistrationError
 from runtime.llm import Model
+from runtime.models import UNFINISHED_STATUSES, AgentVersion, AttentionReason, Run
 
 _loaded: dict[tuple[str, str], Agent] | None = None
 _override: list[dict[tuple[str, str], Agent]] = []

@@ -42,7 +42,9 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
-from agentops.models import (
+from runtime import clock, dispatch, faults
+from runtime.errors import LeaseLost
+from runtime.models import (
     Event,
     Interaction,
     InteractionStatus,
@@ -52,8 +54,6 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import clock, dispatch, faults
-from runtime.errors import LeaseLost
 
 RUNTIME = "runtime"
 

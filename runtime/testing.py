@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentops.models import Run, RunStatus
 from runtime import agents, clock, engine, faults
+from runtime.models import Run, RunStatus
 from runtime.registry import code_defines
 
 __all__ = [

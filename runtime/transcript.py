@@ -11,9 +11,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.agents import ToolDurabilityError
 from runtime.llm import ModelResponse
+from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 
 # What the engine says, once per run, when the model ends its turn with nothing to show: the
 # Messages API's advice for an empty end_turn is a new user message asking it to go on, never

@@ -27,9 +27,9 @@ from agentops.api import schemas
 from agentops.api.auth import TokenAuth, allow, token_of
 from agentops.api.errors import ApiError, body, runtime_details, runtime_status
 from agentops.api.models import IdempotencyKey, Scope
-from agentops.models import Interaction, InteractionKind, InteractionStatus, Run, RunStatus
 from runtime import control
 from runtime.errors import AgentOpsError
+from runtime.models import Interaction, InteractionKind, InteractionStatus, Run, RunStatus
 
 api = NinjaAPI(
     title="AgentOps API",

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from agentops.models import Run
+from runtime.models import Run
 
 TOKEN_PREFIX = "aot_"
 # The first characters of a token, kept in clear so that a person can tell tokens apart in the

@@ -9,7 +9,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import AliasChoices, ConfigDict, Field, StrictBool
 
-from agentops.models import InteractionKind, InteractionStatus, OperationStatus, RunStatus
+from runtime.models import InteractionKind, InteractionStatus, OperationStatus, RunStatus
 
 
 class ErrorDetail(Schema):

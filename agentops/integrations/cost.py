@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models.functions import TruncDate
 
-from agentops.models import Operation, OperationKind, OperationStatus
+from runtime.models import Operation, OperationKind, OperationStatus
 
 # usage field -> price key
 PRICED_FIELDS = {

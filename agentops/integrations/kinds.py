@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class NotificationKind:
     name: str
     label: str
-    # The event kinds (agentops.models.Event.kind) that raise this notification.
+    # The event kinds (runtime.models.Event.kind) that raise this notification.
     events: frozenset[str]
     # Whether the link points at the interaction (a decision page) or at the run.
     links_interaction: bool

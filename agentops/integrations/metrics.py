@@ -34,8 +34,8 @@ from prometheus_client.registry import Collector
 
 from agentops.integrations import cost, metrics_fold
 from agentops.integrations.models import MessageStatus, MetricSample, WebhookDelivery
-from agentops.models import Interaction, InteractionKind, InteractionStatus, Run, RunStatus
 from runtime import clock
+from runtime.models import Interaction, InteractionKind, InteractionStatus, Run, RunStatus
 
 COUNTERS = {
     "agentops_operations_total": (

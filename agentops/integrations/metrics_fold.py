@@ -18,7 +18,7 @@ from django.db.models import F
 
 from agentops.integrations import outbox
 from agentops.integrations.models import MetricSample, OutboxCursor
-from agentops.models import Event, Interaction, Operation
+from runtime.models import Event, Interaction, Operation
 
 CURSOR = "metrics"
 TOKEN_TYPES = {

@@ -35,8 +35,8 @@ from agentops.integrations.models import (
     NotificationRoute,
     OutboxCursor,
 )
-from agentops.models import Event, Interaction
 from runtime import clock
+from runtime.models import Event, Interaction
 
 log = logging.getLogger(__name__)
 

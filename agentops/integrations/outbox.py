@@ -26,8 +26,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from agentops.integrations.models import MessageStatus, OutboundMessage, OutboxCursor
-from agentops.models import Event
 from runtime import clock
+from runtime.models import Event
 
 
 def settled_events(position: int, *, limit: int) -> tuple[list[int], int]:

@@ -21,8 +21,8 @@ from standardwebhooks import Webhook
 from agentops.integrations import outbound, outbox, secrets
 from agentops.integrations.metrics_fold import count_delivery
 from agentops.integrations.models import MessageStatus, WebhookDelivery, WebhookSubscription
-from agentops.models import Event
 from runtime import clock
+from runtime.models import Event
 
 log = logging.getLogger(__name__)
 

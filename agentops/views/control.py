@@ -11,11 +11,11 @@ from django.shortcuts import get_object_or_404, redirect
 
 from agentops import selectors
 from agentops.forms import CancelForm
-from agentops.models import TERMINAL_STATUSES, Run, RunStatus
 from agentops.views.common import CONTROL, action, actor, error_status, live, reply
 from agentops.views.fragments import RUN_BODY, RUN_HEADER
 from runtime import control
 from runtime.errors import AgentOpsError
+from runtime.models import TERMINAL_STATUSES, Run, RunStatus
 
 
 def _reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:

@@ -20,7 +20,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from agentops import live, selectors
-from agentops.models import Event, Interaction, Run
+from runtime.models import Event, Interaction, Run
 
 INBOX = "agentops/partials/inbox.html"
 RUNS_TABLE = "agentops/partials/runs_table.html"

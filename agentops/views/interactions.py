@@ -11,11 +11,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from agentops import selectors
 from agentops.forms import AnswerForm, ApprovalForm
-from agentops.models import Interaction, InteractionKind
 from agentops.views.common import RESPOND, action, actor, error_status, live, page, reply
 from agentops.views.fragments import INTERACTION
 from runtime import control
 from runtime.errors import AgentOpsError
+from runtime.models import Interaction, InteractionKind
 
 
 def _fetch(interaction_id: uuid.UUID) -> Interaction:

@@ -13,11 +13,11 @@ from django.utils.http import urlencode
 
 from agentops import selectors
 from agentops.forms import ResolveForm
-from agentops.models import Run
 from agentops.views.common import RESOLVE, action, actor, error_status, live, page, reply
 from agentops.views.fragments import RECONCILE
 from runtime import control
 from runtime.errors import AgentOpsError
+from runtime.models import Run
 
 
 def _context(run: Run, key: str, **extra: Any) -> dict[str, Any]:

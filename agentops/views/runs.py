@@ -9,9 +9,9 @@ from django.shortcuts import get_object_or_404, render
 
 from agentops import selectors
 from agentops.forms import RunFilterForm
-from agentops.models import Run
 from agentops.views.common import live, page, reply
 from agentops.views.fragments import RUNS_TABLE
+from runtime.models import Run
 
 
 @page

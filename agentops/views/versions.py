@@ -22,9 +22,9 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST, require_safe
 
-from agentops.models import AgentVersion, AttentionReason, Run, RunStatus
 from runtime import control, registry
 from runtime.control import RetryResult
+from runtime.models import AgentVersion, AttentionReason, Run, RunStatus
 
 # The console's permissions: seeing runs, and retrying them.
 VIEW_RUN = "agentops.view_run"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentops.models import Event, Interaction, Operation, Run
+from runtime.models import Event, Interaction, Operation, Run
 from runtime.testing import run_until_idle
 from tests.api.conftest import Api, error_of
 

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from agentops.api.models import ApiToken, Scope, ServiceAccount, token_digest
-from agentops.models import Event, Run
 from runtime import clock
+from runtime.models import Event, Run
 from tests.api.conftest import ALL_SCOPES, Api, error_of, make_account, make_token
 
 NOWHERE = uuid.UUID(int=1)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentops.api.cli import main
-from agentops.models import Event, Interaction, Run
+from runtime.models import Event, Interaction, Run
 from tests.api.conftest import make_account, make_token
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from agentops.api.models import IdempotencyKey
-from agentops.models import Run
+from runtime.models import Run
 from tests.api.conftest import Api
 
 THREADS = 8

@@ -14,8 +14,8 @@ from django.core.cache import caches
 from django.db import connection
 
 from agentops.api.models import ApiToken, ServiceAccount
-from agentops.models import Run
 from runtime import clock
+from runtime.models import Run
 from tests.api.conftest import Api, error_of, make_token
 
 # A minute's window starts on the minute: 12:00:15 leaves 45 s of it.

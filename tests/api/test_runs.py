@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from agentops.api.models import IdempotencyKey
-from agentops.models import Event, Run, Session
 from runtime import clock
+from runtime.models import Event, Run, Session
 from tests.api.conftest import Api, error_of, make_account, make_token
 
 KEY = {"Idempotency-Key": "order-7-refund"}

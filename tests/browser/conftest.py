@@ -143,7 +143,7 @@ class Desk:
         return submit(agent, message, actor=actor)
 
     def wait_status(self, run: Any, *statuses: str, timeout: float = 30.0) -> Any:
-        from agentops.models import Run
+        from runtime.models import Run
 
         def reached() -> Any:
             found = Run.objects.get(pk=run.pk)
@@ -163,7 +163,7 @@ class Desk:
             ) from None
 
     def pending(self, run: Any) -> Any:
-        from agentops.models import Interaction, InteractionStatus
+        from runtime.models import Interaction, InteractionStatus
 
         return Interaction.objects.get(run=run, status=InteractionStatus.PENDING)
 
@@ -211,7 +211,7 @@ def _world() -> None:
 
 def _settle(stack: Stack) -> None:
     """Let the worker finish what it holds before the tables are emptied under it."""
-    from agentops.models import Run, RunStatus
+    from runtime.models import Run, RunStatus
 
     wait_for(
         lambda: not Run.objects.filter(status=RunStatus.RUNNING).exists(),

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from agentops.models import Event, Interaction, RunStatus
 from demo.models import Refund
+from runtime.models import Event, Interaction, RunStatus
 from tests.browser.browsing import click_for_answer, inbox_row, text_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import Event, RunStatus
+from runtime.models import Event, RunStatus
 from tests.browser.browsing import Shots, click_for_answer, inbox_row
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,8 +14,8 @@ from urllib.parse import quote
 
 import pytest
 
-from agentops.models import Interaction, RunStatus
 from runtime import respond
+from runtime.models import Interaction, RunStatus
 from tests.browser.agents import HOSTILE
 from tests.browser.browsing import csp_of, text_of
 

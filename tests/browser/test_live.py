@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from agentops.models import Event, RunStatus
 from runtime import respond
+from runtime.models import Event, RunStatus
 from tests.browser.browsing import inbox_row
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

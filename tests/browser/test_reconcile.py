@@ -13,9 +13,9 @@ import signal
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, RunStatus
 from demo.models import Refund
 from runtime import respond
+from runtime.models import Event, Operation, OperationStatus, RunStatus
 from tests.browser.browsing import click_for_answer, inbox_row, text_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

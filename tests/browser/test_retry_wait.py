@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agentops.models import Event, RunStatus
+from runtime.models import Event, RunStatus
 from tests.browser.agents import RETRY_DELAY
 from tests.browser.browsing import click_for_answer, inbox_row, seconds_left
 

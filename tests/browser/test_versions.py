@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import AgentVersion, AttentionReason, RunStatus
+from runtime.models import AgentVersion, AttentionReason, RunStatus
 from tests.browser.agents import EDIT, EDITED_ENV
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

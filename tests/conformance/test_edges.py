@@ -12,7 +12,6 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from agentops.models import AttentionReason, ErrorKind, Operation, OperationStatus, Run, RunStatus
 from runtime import (
     Agent,
     Cancelled,
@@ -29,6 +28,7 @@ from runtime import (
 from runtime.clock import frozen
 from runtime.jsonvalues import normalized
 from runtime.llm import ThinkingBlock
+from runtime.models import AttentionReason, ErrorKind, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, fixed_jitter, recover, run_until_idle
 from tests.conftest import Amount, Receipt
 from tests.runtime.edge_support import (

@@ -13,16 +13,6 @@ from typing import Any
 
 import pytest
 
-from agentops.models import (
-    AgentVersion,
-    Event,
-    Interaction,
-    InteractionStatus,
-    Operation,
-    OperationStatus,
-    Run,
-    RunStatus,
-)
 from runtime import (
     Agent,
     AgentDefinitionError,
@@ -49,6 +39,16 @@ from runtime import (
 )
 from runtime.clock import frozen
 from runtime.llm.scripted import ScriptedModel
+from runtime.models import (
+    AgentVersion,
+    Event,
+    Interaction,
+    InteractionStatus,
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+)
 from runtime.registry import code_defines
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, recover, run_until_idle
 from tests.conftest import ARGS, Amount, Receipt, call, make_agent, one_call, say

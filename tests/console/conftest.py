@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agentops.models import Interaction, InteractionStatus, Run
 from runtime import Agent, ModelRetry, ToolContext, ask_operator, cancel, submit, tool
 from runtime.llm.scripted import ScriptedModel, call, say
+from runtime.models import Interaction, InteractionStatus, Run
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import EFFECTS, TOOLS, Amount, Receipt, make_agent, one_call
 from tests.support.personas import CONSOLE_PERSONAS, console_user, logged_in

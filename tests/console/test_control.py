@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import Event, Run, RunStatus
 from runtime import submit
+from runtime.models import Event, Run, RunStatus
 from tests.console.conftest import htmx
 
 

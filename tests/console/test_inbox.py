@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from agentops.models import Event
 from runtime import respond
+from runtime.models import Event
 from tests.console.conftest import World
 
 # session, user, the user's and the groups' permissions; then the cursor, status counts,

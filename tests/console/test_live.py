@@ -19,8 +19,8 @@ from django.test import Client
 from agentops import live
 from agentops.asgi import application
 from agentops.consumers import LiveConsumer
-from agentops.models import Event
 from runtime import cancel, respond, retry
+from runtime.models import Event
 from tests.console.conftest import without_csrf
 from tests.support.redis_db import flush_redis
 

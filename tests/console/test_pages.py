@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.test import Client
 
-from agentops.models import RunStatus
 from runtime import submit
+from runtime.models import RunStatus
 from runtime.testing import run_until_idle
 from tests.console.conftest import World, agents
 

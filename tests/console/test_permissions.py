@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 
-from agentops.models import Event, Run, RunStatus
+from runtime.models import Event, Run, RunStatus
 from tests.console.conftest import PERSONAS, World, htmx
 
 ALLOWED = {

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime import cancel, resolve
+from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from tests.console.conftest import EFFECTS, htmx
 
 KEY = "step-1/tool/toolu_01_0"

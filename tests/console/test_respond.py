@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import Event, Interaction, InteractionStatus, Run, RunStatus
 from runtime import cancel, respond
+from runtime.models import Event, Interaction, InteractionStatus, Run, RunStatus
 from tests.console.conftest import htmx
 
 

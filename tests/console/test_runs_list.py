@@ -8,8 +8,8 @@ import re
 import pytest
 
 from agentops import selectors
-from agentops.models import Run
 from runtime import clock, submit
+from runtime.models import Run
 from tests.console.conftest import htmx
 
 # session, user, the user's and the groups' permissions; then the known versions, one page, and

@@ -8,8 +8,8 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
-from agentops.models import Interaction, InteractionStatus, Run, RunStatus
 from runtime import cancel, respond
+from runtime.models import Interaction, InteractionStatus, Run, RunStatus
 from tests.console.conftest import HOSTILE, htmx
 
 # Pieces of HOSTILE that would be markup (or htmx attributes) if they were not escaped.

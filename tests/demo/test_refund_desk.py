@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from agentops.models import RunStatus
 from demo import agents
 from demo.brain import RefundDeskBrain
 from demo.models import Customer, Order, Refund, Ticket
 from runtime import resolve, respond, submit
+from runtime.models import RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 
 

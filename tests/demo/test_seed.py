@@ -40,7 +40,7 @@ def test_it_seeds_every_state_an_operator_meets_once(tmp_path):
             "shell",
             "-c",
             (
-                "import json; from agentops.models import Run; from demo.models import Refund;"
+                "import json; from runtime.models import Run; from demo.models import Refund;"
                 "print(json.dumps({'runs': sorted([r.status, r.attention_reason, r.pk == r.pk]"
                 " for r in Run.objects.all()), 'refunds': Refund.objects.count()}))"
             ),

@@ -16,9 +16,9 @@ from django.test import Client  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from agentops.models import AgentVersion, Interaction, Run  # noqa: E402
 from demo.models import Refund  # noqa: E402
 from runtime import resume  # noqa: E402
+from runtime.models import AgentVersion, Interaction, Run  # noqa: E402
 from runtime.testing import run_until_idle  # noqa: E402
 
 seen: dict[str, object] = {}

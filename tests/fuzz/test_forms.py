@@ -26,8 +26,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentops.models import AgentVersion, Event, Interaction, Operation, Run, Session
 from runtime import jsonvalues
+from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.strategies import json_texts, nasty_text
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentops.models import Event, Interaction, Operation, Run
 from runtime import AgentOpsError, jsonvalues, resolve, respond, submit
+from runtime.models import Event, Interaction, Operation, Run
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import call, make_agent, one_call, say
 from tests.fuzz.strategies import hostile_documents, json_texts, nasty_text

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from agentops.models import Interaction, Run
 from runtime import respond, submit
+from runtime.models import Interaction, Run
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent, one_call
 from tests.integrations.receiver import Receiver

@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from agentops.integrations import cost
-from agentops.models import Operation
 from runtime import clock, submit
 from runtime.llm import Usage
+from runtime.models import Operation
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent, say
 

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentops.integrations import pump
-from agentops.models import Interaction, Operation, Run
 from runtime import cancel, clock, store
 from runtime.llm import Usage
+from runtime.models import Interaction, Operation, Run
 from runtime.testing import expire_lease
 from tests.conftest import call, make_agent, say
 from tests.integrations.conftest import finish

@@ -17,8 +17,8 @@ from agentops.integrations.models import (
     NotificationPreference,
     NotificationRoute,
 )
-from agentops.models import InteractionStatus, RunStatus
 from runtime import store
+from runtime.models import InteractionStatus, RunStatus
 from tests.integrations.receiver import Answer, Receiver
 
 

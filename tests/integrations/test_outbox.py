@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from agentops.integrations import outbox
-from agentops.models import Event
 from runtime import clock
+from runtime.models import Event
 
 
 def test_the_cursor_waits_at_a_recent_hole_and_passes_a_settled_one(approval_run, settings):

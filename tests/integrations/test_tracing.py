@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agentops.models import Operation
 from runtime import submit, tracing
+from runtime.models import Operation
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent
 from tests.integrations.conftest import finish

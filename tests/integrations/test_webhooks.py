@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 
 from agentops.integrations import outbound, pump, webhooks
 from agentops.integrations.models import MessageStatus, WebhookDelivery, WebhookSubscription
-from agentops.models import Event
+from runtime.models import Event
 from tests.integrations.conftest import finish
 from tests.integrations.receiver import Answer, Receiver
 

@@ -12,7 +12,7 @@ from standardwebhooks import Webhook
 
 from agentops.integrations import webhooks
 from agentops.integrations.models import MessageStatus, WebhookDelivery
-from agentops.models import Event
+from runtime.models import Event
 from tests.integrations.receiver import Answer, Received, Receiver
 from tests.reliability.conftest import broker_url, cluster  # noqa: F401 - fixtures
 from tests.reliability.harness import Cluster

@@ -264,8 +264,8 @@ def _instrument_fence() -> None:
 
     from django.db import transaction
 
-    from agentops.models import Run
     from runtime import clock, store
+    from runtime.models import Run
 
     checked = store.fenced
 

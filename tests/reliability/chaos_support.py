@@ -321,7 +321,7 @@ class Soak:
 
     def _victim(self, candidates: list[Any]) -> Any:
         """Mostly a worker in the middle of a run (its pid is in the run's lease owner)."""
-        from agentops.models import Run
+        from runtime.models import Run
 
         owners = Run.objects.filter(pk__in=self.run_ids, status="running").values_list(
             "lease_owner", flat=True
@@ -368,8 +368,8 @@ class Soak:
 
     def _operate(self) -> None:
         """Answer what waits for a person, reconcile blocked runs, make the planned cancels."""
-        from agentops.models import Interaction, InteractionStatus, Run, RunStatus
         from runtime import AgentOpsError, cancel, respond
+        from runtime.models import Interaction, InteractionStatus, Run, RunStatus
 
         pending = Interaction.objects.filter(
             run_id__in=self.run_ids, status=InteractionStatus.PENDING
@@ -468,7 +468,7 @@ class Soak:
     # --- the loop --------------------------------------------------------------------------
 
     def _in_flight(self) -> int:
-        from agentops.models import TERMINAL_STATUSES, Run
+        from runtime.models import TERMINAL_STATUSES, Run
 
         return Run.objects.filter(pk__in=self.run_ids).exclude(status__in=TERMINAL_STATUSES).count()
 
@@ -512,7 +512,7 @@ class Soak:
 
 def check(soak: Soak) -> None:
     """Check every invariant; violations go to `soak.report.problems`, counts to the report."""
-    from agentops.models import (
+    from runtime.models import (
         TERMINAL_STATUSES,
         Event,
         Interaction,
@@ -602,7 +602,7 @@ def check(soak: Soak) -> None:
 
 
 def _check_audit(soak: Soak, problems: list[str]) -> None:
-    from agentops.models import Event
+    from runtime.models import Event
 
     events = list(Event.objects.filter(run_id__in=soak.run_ids).exclude(actor="runtime"))
     unmatched = {e.pk: e for e in events}

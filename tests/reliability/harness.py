@@ -18,7 +18,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
-from agentops.models import Event, Run
+from runtime.models import Event, Run
 from tests.reliability.agents import (
     EFFECTS_ENV,
     FENCE_LOG_ENV,

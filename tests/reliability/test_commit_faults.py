@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection
 
-from agentops.models import Event, Interaction, Operation, OperationStatus, Run, RunStatus
 from runtime import (
     InteractionConflict,
     InvalidTransition,
@@ -34,6 +33,7 @@ from runtime import (
 )
 from runtime.llm import ModelRequest
 from runtime.llm.scripted import assistant_turns
+from runtime.models import Event, Interaction, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, recover, run_until_idle
 from tests.conftest import make_agent, one_call, say
 

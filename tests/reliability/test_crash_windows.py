@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime import submit
+from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from tests.reliability.agents import POLICY_TOOLS, Records, one_call
 from tests.reliability.harness import Cluster, holds, settled
 from tests.support.processes import wait_until

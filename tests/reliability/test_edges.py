@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentops.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
 from runtime import cancel, register, submit
+from runtime.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
 from tests.reliability.agents import one_call
 from tests.reliability.harness import Cluster, wait_until
 

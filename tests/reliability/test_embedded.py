@@ -16,9 +16,9 @@ from celery.signals import task_postrun
 from django.db import connection
 
 from agentops.celery import EmbeddedWorker, app
-from agentops.models import Run, RunStatus
 from agentops.tasks import advance_run
 from runtime import submit
+from runtime.models import Run, RunStatus
 from tests.reliability.agents import EFFECTS_ENV, one_call, read_records
 from tests.reliability.harness import Cluster, holds, overlapping_spans, settled
 from tests.support.processes import free_port, wait_until

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, transaction
 
-from agentops.models import Event, Operation, Run, RunStatus
 from runtime import submit
+from runtime.models import Event, Operation, Run, RunStatus
 from tests.reliability.agents import one_call, plan
 from tests.reliability.harness import LEASE_SECONDS, Cluster, holds, overlapping_spans, settled
 from tests.support.processes import Process, wait_until

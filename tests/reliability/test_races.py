@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agentops.models import Event, Interaction, Operation, Run, RunStatus
 from runtime import (
     Agent,
     AgentOpsError,
@@ -40,6 +39,7 @@ from runtime import (
 )
 from runtime.llm import ModelRequest, ModelResponse
 from runtime.llm.scripted import ScriptedModel, call, say
+from runtime.models import Event, Interaction, Operation, Run, RunStatus
 from runtime.testing import SimulatedCrash, recover, run_until_idle
 from tests.conftest import EFFECTS, TOOLS, Amount, Receipt, one_call
 

@@ -10,8 +10,8 @@ import time
 import pytest
 from django.utils import timezone
 
-from agentops.models import Event, Operation, Run, RunStatus
 from runtime import engine, store, submit
+from runtime.models import Event, Operation, Run, RunStatus
 from runtime.testing import expire_lease
 from tests.reliability.agents import EFFECTS_ENV, RETRY_DELAY, one_call, plan
 from tests.reliability.harness import SWEEP_SECONDS, Cluster, holds, settled

@@ -13,8 +13,8 @@ from django.db import connection, transaction
 
 from agentops import tasks
 from agentops.celery import Sweep, app
-from agentops.models import Event, Interaction, Operation, Run, RunStatus
 from runtime import cancel, engine, store, submit
+from runtime.models import Event, Interaction, Operation, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.reliability.agents import EFFECTS_ENV, one_call, plan
 

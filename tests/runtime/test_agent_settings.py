@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import RunStatus
 from runtime import Agent, ModelRetry, ToolDurabilityError, submit
 from runtime.agents import AgentDefinitionError, spec_differences
 from runtime.llm import ThinkingBlock
+from runtime.models import RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, edge_agent, reply, text, use
 

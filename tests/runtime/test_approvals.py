@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from agentops.models import Event, Interaction, InteractionStatus, Operation, RunStatus
 from runtime import (
     InteractionClosed,
     InteractionConflict,
@@ -16,6 +15,7 @@ from runtime import (
     respond,
     submit,
 )
+from runtime.models import Event, Interaction, InteractionStatus, Operation, RunStatus
 from runtime.testing import recover, run_until_idle
 from tests.conftest import call, make_agent, one_call, say
 

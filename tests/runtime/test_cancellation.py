@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from agentops.models import Event, Operation, OperationStatus, RunStatus
 from runtime import Agent, Cancelled, LeaseLost, ToolContext, cancel, submit, tool
+from runtime.models import Event, Operation, OperationStatus, RunStatus
 from runtime.testing import run_until_idle
 from tests.runtime.edge_support import Recorder, reply, text, use
 

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from agentops.models import Operation, RunStatus
 from runtime import Agent, ToolContext, submit, tool
 from runtime.agents import digest
 from runtime.jsonvalues import normalized
+from runtime.models import Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, reply, text, use
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError
 
-from agentops.models import (
+from runtime import Agent, ask_operator, faults, retry, store, submit, tool
+from runtime.models import (
     AttentionReason,
     Event,
     Operation,
@@ -14,7 +15,6 @@ from agentops.models import (
     Run,
     RunStatus,
 )
-from runtime import Agent, ask_operator, faults, retry, store, submit, tool
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, recover, run_until_idle
 from tests.conftest import Amount, Receipt
 from tests.runtime.edge_support import Recorder, edge_agent, reply, text, use

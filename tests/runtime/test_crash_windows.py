@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentops.models import Operation, OperationStatus, RunStatus
 from runtime import submit
+from runtime.models import Operation, OperationStatus, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover
 from tests.conftest import make_agent, one_call
 

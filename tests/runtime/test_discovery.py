@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from agentops.models import RunStatus
 from runtime import ModelRetry, list_runs, resume, submit
 from runtime.clock import frozen
+from runtime.models import RunStatus
 from runtime.testing import expire_lease, run_until_idle
 from tests.conftest import make_agent, one_call, say
 

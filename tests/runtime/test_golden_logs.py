@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from agentops.models import Operation, Run, RunStatus
 from demo import agents
 from demo.brain import RefundDeskBrain
 from demo.models import Customer, Order
 from runtime import register, respond, submit
 from runtime.llm import ModelRequest, ModelResponse
+from runtime.models import Operation, Run, RunStatus
 from runtime.testing import run_until_idle
 
 GOLDEN = Path(__file__).parent / "golden" / "refund_desk_v1.json"

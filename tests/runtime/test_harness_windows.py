@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from agentops.models import Operation, OperationStatus, RunStatus
 from runtime import faults, submit
+from runtime.models import Operation, OperationStatus, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, edge_agent, reply, text, use
 

@@ -7,9 +7,9 @@ import threading
 import pytest
 from django.db import connection
 
-from agentops.models import Event, Operation, Run, RunStatus
 from runtime import LeaseLost, store, submit
 from runtime.engine import advance
+from runtime.models import Event, Operation, Run, RunStatus
 from runtime.testing import expire_lease
 from tests.conftest import make_agent, one_call, say
 

@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from agentops.models import ErrorKind, Event, Operation, RunStatus
 from runtime import ModelError, ModelRetry, submit
 from runtime.clock import frozen
+from runtime.models import ErrorKind, Event, Operation, RunStatus
 from runtime.testing import (
     SimulatedCrash,
     crash_at,

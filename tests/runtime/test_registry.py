@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import AgentVersion, Event
 from runtime import DurableConflictError, RegistrationError, register, submit, unregister
+from runtime.models import AgentVersion, Event
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent, one_call

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime import InvalidInput, NotBlocked, NotFound, resolve, submit
+from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover
 from tests.conftest import TOOLS, make_agent, one_call
 

@@ -6,10 +6,10 @@ import datetime as dt
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, RunStatus
 from runtime import ModelRetry, RetryRejected, cancel, retry, submit
 from runtime.clock import frozen
 from runtime.llm.scripted import call, say
+from runtime.models import Event, Operation, OperationStatus, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import ARGS, make_agent, one_call
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agentops.models import RunStatus
 from runtime import cancel, submit
 from runtime.agents import AgentDefinitionError
+from runtime.models import RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import (
     Recorder,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import AttentionReason, Operation, OperationStatus, RunStatus
 from runtime import ModelRetry, retry, submit
 from runtime.errors import PromptTooLong
+from runtime.models import AttentionReason, Operation, OperationStatus, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import (
     Recorder,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from agentops.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime import LeaseLost, cancel, store, submit
+from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.registry import code_defines, register
 from runtime.testing import SimulatedCrash, crash_at, expire_lease
 from tests.conftest import make_agent, say

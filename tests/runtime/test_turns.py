@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from agentops.models import Event, Interaction, Operation, Run, RunStatus
 from runtime import (
     InvalidInput,
     InvalidTransition,
@@ -17,6 +16,7 @@ from runtime import (
     submit,
     tool,
 )
+from runtime.models import Event, Interaction, Operation, Run, RunStatus
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, Lookup, OrderInfo, call, make_agent, one_call, say
 

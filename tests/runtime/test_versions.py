@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentops.models import Operation, RunStatus
 from runtime import RetryRejected, register, retry, submit, unregister
+from runtime.models import Operation, RunStatus
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, call, make_agent, one_call, say
@@ -56,7 +56,7 @@ def test_it_blocks_without_calling_anything_when_the_code_changed(define, effect
 
 def test_it_blocks_when_the_version_is_not_registered(define, effects):
     _agent, run, _ = started_run(define, effects)
-    from agentops.models import AgentVersion
+    from runtime.models import AgentVersion
 
     # Unregister is refused while the run needs it; an admin removing the row by other means
     # (or a restore from backup) is what this models.

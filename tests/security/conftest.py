@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agentops.models import AgentVersion, Event, Interaction, Operation, Run, Session
+from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
 from tests.console.conftest import World, as_user, users, world
 from tests.support.personas import ALL_PERSONAS, agent_admin, logged_in
 

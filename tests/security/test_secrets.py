@@ -16,8 +16,8 @@ from django.test import RequestFactory, override_settings
 from django.views.debug import ExceptionReporter
 
 from agentops import tasks
-from agentops.models import Run, RunStatus
 from runtime import Agent, ask_operator, submit
+from runtime.models import Run, RunStatus
 from runtime.testing import run_until_idle
 from tests.conftest import TOOLS
 from tests.fakes.anthropic_server import FakeAnthropicServer, text_block, tool_use_block

@@ -63,7 +63,7 @@ def ensure_groups() -> None:
     from django.apps import apps
 
     for module, create in (
-        ("agentops.migrations.0002_console_groups", "create_groups"),
+        ("runtime.migrations.0002_console_groups", "create_groups"),
         ("agentops.api.migrations.0003_submitters_group", "create_group"),
     ):
         getattr(importlib.import_module(module), create)(apps, None)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentops.models import Run, RunStatus
 from runtime import respond, submit
+from runtime.models import Run, RunStatus
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, call, make_agent, say
 from tests.support import personas

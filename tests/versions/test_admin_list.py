@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentops.models import AgentVersion
+from runtime.models import AgentVersion
 from runtime.registry import code_defines
 from tests.versions.conftest import CHANGELIST, act, approval_script, make_agent, waiting_runs
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentops.models import AgentVersion, Event
+from runtime.models import AgentVersion, Event
 from tests.versions.conftest import CHANGELIST, make_agent
 
 

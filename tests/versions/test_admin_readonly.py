@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentops.models import Event, Interaction, Operation, Run, Session
+from runtime.models import Event, Interaction, Operation, Run, Session
 from tests.versions.conftest import approval_script, make_agent, waiting_runs
 
 MODELS = [Run, Operation, Interaction, Event, Session]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentops.models import AgentVersion, Event, RunStatus
+from runtime.models import AgentVersion, Event, RunStatus
 from runtime.registry import code_defines
 from tests.versions.conftest import (
     act,

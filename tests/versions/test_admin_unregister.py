@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentops.models import AgentVersion, Event, RunStatus
 from runtime import cancel
+from runtime.models import AgentVersion, Event, RunStatus
 from tests.versions.conftest import (
     act,
     approval_script,

@@ -7,8 +7,8 @@ import re
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agentops.models import AgentVersion, Event, Operation, Run, RunStatus
 from agentops.views.versions import group_dom_id
+from runtime.models import AgentVersion, Event, Operation, Run, RunStatus
 from runtime.registry import code_defines
 from tests.versions.conftest import (
     CHANGELIST,

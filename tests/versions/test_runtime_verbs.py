@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from agentops.models import AgentVersion, Event, Run, RunStatus
 from runtime import DurableConflictError, RegistrationError
 from runtime.control import RetryResult, retry_many
+from runtime.models import AgentVersion, Event, Run, RunStatus
 from runtime.registry import code_defines, unregister_many
 from tests.versions.conftest import approval_script, approve_and_resume, make_agent, waiting_runs
 

@@ -3,9 +3,9 @@ group is retried, old runs finish on v1 while new runs use v2, then v1 is unregi
 
 from __future__ import annotations
 
-from agentops.models import AgentVersion, Run, RunStatus
 from agentops.views.versions import group_dom_id
 from runtime import submit
+from runtime.models import AgentVersion, Run, RunStatus
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 from tests.versions.conftest import (
