@@ -125,7 +125,7 @@ def test_it_tells_the_second_reconciler_who_settled_it(world, as_user):
     response = post(as_user("reconciler"), run, '{"receipt_id": "rcpt-1"}', **htmx())
     assert response.status_code == 409
     html = response.content.decode()
-    assert "is not blocked on" in html
+    assert "was already resolved with a verified result by bob at" in html
     assert 'by <strong class="actor">bob</strong>' in html
     assert "Evidence: checked by bob" in html
     assert Event.objects.filter(run=run, kind="operation_resolved").count() == 1
