@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from agentops.models import Event, Operation, OperationStatus, RunStatus
+from agentops.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
 from runtime import ModelRetry, RetryRejected, cancel, retry, submit
 from runtime.clock import frozen
 from runtime.llm.scripted import call, say
@@ -218,3 +218,23 @@ def test_ten_operators_pressing_retry_now_at_once_requeue_once_and_attempts_stay
         assert run.status == RunStatus.FAILED
         assert model_calls(run) == 3
         assert Operation.objects.get(run=run, key="step-1/model").attempts == 3
+
+
+def test_retry_after_the_attempts_ran_out_gives_that_operation_a_fresh_budget(define, effects):
+    agent = define(make_agent(one_call("get_order")))
+    run = submit(agent.name, "hi", actor="alice")
+    with crash_at("after_intent", tool="get_order"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    key = "step-1/tool/toolu_01_0"
+    # As the engine leaves a run whose re-runs after crashes ran out (C14).
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.NEEDS_ATTENTION,
+        attention_reason=AttentionReason.ATTEMPTS_EXHAUSTED,
+        blocked_operation=key,
+        crashed_claims=2,
+    )
+    Operation.objects.filter(run=run, key=key).update(attempts=5)
+    run = retry(run.pk, actor="ops")
+    assert (run.status, run.crashed_claims, run.blocked_operation) == (RunStatus.QUEUED, 0, "")
+    assert Operation.objects.get(run=run, key=key).attempts == 0
+    assert Operation.objects.get(run=run, key="step-1/model").attempts == 1  # completed: kept
