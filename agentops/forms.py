@@ -71,7 +71,8 @@ class ResolveForm(forms.Form):
         return self.cleaned_data["outcome"] or control.RESULT
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("outcome", control.RESULT) != control.RESULT:
             data["result"] = None  # a call that did not happen has no result
         elif not data.get("result"):
