@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 
 from agentops.selectors import AuditFilters, RunFilters
-from runtime import jsonvalues
+from runtime import control, jsonvalues
 from runtime.errors import InvalidInput
 from runtime.models import RunStatus
 
@@ -42,10 +42,20 @@ class AnswerForm(forms.Form):
 
 
 class ResolveForm(forms.Form):
-    """The verified result of an uncertain operation, and the evidence it was checked by."""
+    """How an uncertain operation is settled, and the evidence it was checked by: the verified
+    result, or (verified in the external system) that the call did not happen."""
 
     operation_key = forms.CharField(widget=forms.HiddenInput, max_length=200)
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[
+            (control.RESULT, "It happened: this is its verified result"),
+            (control.NOT_RUN_AGAIN, "It did not happen: run it once more, same operation id"),
+            (control.NOT_RUN_TELL_MODEL, "It did not happen: tell the model, and let it decide"),
+        ],
+    )
     result = forms.CharField(
+        required=False,
         strip=True,
         widget=forms.Textarea(attrs={"rows": 6, "cols": 60, "spellcheck": "false"}),
         help_text="JSON, exactly as the external system reports it.",
@@ -56,11 +66,31 @@ class ResolveForm(forms.Form):
         help_text="What you checked, where: e.g. the receipt id in the payments system.",
     )
 
-    def clean_result(self) -> Any:
-        try:
-            return jsonvalues.loads(self.cleaned_data["result"], what="result")
-        except InvalidInput as exc:
-            raise forms.ValidationError(exc.message) from None
+    def clean_outcome(self) -> str:
+        # A form without the choice is the result form every earlier page posted.
+        return self.cleaned_data["outcome"] or control.RESULT
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        if data.get("outcome", control.RESULT) != control.RESULT:
+            data["result"] = None  # a call that did not happen has no result
+        elif not data.get("result"):
+            self.add_error("result", "The verified result is required.")
+        else:
+            try:
+                data["result"] = jsonvalues.loads(data["result"], what="result")
+            except InvalidInput as exc:
+                self.add_error("result", exc.message)
+        return data
+
+    @property
+    def did_not_happen(self) -> bool:
+        """Whether the person chose one of the did-not-happen outcomes (to re-show that form)."""
+        return self.is_bound and self.data.get("outcome") in (
+            control.NOT_RUN_AGAIN,
+            control.NOT_RUN_TELL_MODEL,
+        )
 
 
 class CancelForm(forms.Form):

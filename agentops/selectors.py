@@ -306,6 +306,10 @@ def run_detail(run: Run) -> dict[str, Any]:
         if run.attention_reason == AttentionReason.UNCERTAIN_OPERATION
         else None
     )
+    # The operation whose re-runs after crashes ran out, named on the page.
+    attention_operation = None
+    if run.attention_reason == AttentionReason.ATTEMPTS_EXHAUSTED:
+        attention_operation = by_key.get(run.blocked_operation)
     attempt = None
     if run.status == RunStatus.RETRY_WAIT:
         failed = [
@@ -321,6 +325,7 @@ def run_detail(run: Run) -> dict[str, Any]:
         "transcript": run_messages(run, operations),
         "pending": pending,
         "blocked": blocked,
+        "attention_operation": attention_operation,
         "can_retry": can_retry,
         "retry_problem": retry_problem,
         "unfinished": run.status in UNFINISHED_STATUSES,

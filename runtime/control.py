@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Model
+from django.db.models import Max, Model, QuerySet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runtime import clock, dispatch, jsonvalues, registry, store
@@ -31,6 +31,7 @@ from runtime.errors import (
 from runtime.models import (
     UNFINISHED_STATUSES,
     AttentionReason,
+    Event,
     Interaction,
     InteractionKind,
     InteractionStatus,
@@ -45,14 +46,20 @@ from runtime.models import (
 MAX_MESSAGE_CHARS = 20_000
 MAX_EVIDENCE_CHARS = 4_000
 MAX_REASON_CHARS = 4_000
+# Event.actor and Interaction.responded_by hold this many characters.
+MAX_ACTOR_CHARS = 150
 
 
 M = TypeVar("M", bound=Model)
 
 
-def _get(model: type[M], pk: Any) -> M:
+def _get(model: type[M], pk: Any, *, lock: bool = False) -> M:
+    rows: QuerySet[M] = model._default_manager.all()
+    if lock:
+        # NO KEY: rows that merely reference this one (events, operations) can still be added.
+        rows = rows.select_for_update(no_key=True)
     try:
-        return model._default_manager.get(pk=pk)
+        return rows.get(pk=pk)
     except (model.DoesNotExist, ValueError, TypeError, DjangoValidationError):
         # A malformed id is as unknown as a missing one, and says nothing more.
         raise NotFound(f"{model._meta.verbose_name} {str(pk)[:64]!r} does not exist") from None
@@ -63,9 +70,21 @@ def _get_run(run_id: Any) -> Run:
 
 
 def _text(value: Any, what: str, max_length: int) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
+        raise InvalidInput(f"the {what} must be text, not {type(value).__name__}")
+    if not value.strip():
         raise InvalidInput(f"the {what} is required")
     return jsonvalues.check_text(value.strip(), what=what, max_length=max_length)
+
+
+def _actor(value: Any) -> str:
+    """The person acting: every verb's event names them, so the audit never has a blank,
+    an over-long name the database would refuse (or SQLite would silently keep), or a person
+    posing as the runtime, whose events the audit log leaves out."""
+    actor = _text(value, "actor", MAX_ACTOR_CHARS)
+    if actor == store.RUNTIME:
+        raise InvalidInput(f"{store.RUNTIME!r} names the runtime itself; a person acts as themself")
+    return actor
 
 
 # --- submit ----------------------------------------------------------------------------------
@@ -82,46 +101,57 @@ def submit(
 ) -> Run:
     """Start a run of `agent` on `message`, in a new session or continuing `session`.
 
-    Uses `version` if given, else the newest registered version whose code matches.
+    Uses `version` if given, else the newest registered version whose code matches. A session
+    holds one unfinished run at a time (S5): while it has one, this raises SessionBusy.
     """
+    actor = _actor(actor)
     message = _text(message, "message", MAX_MESSAGE_CHARS)
     agent = _text(agent, "agent name", 100)
     if version is not None:
         version = _text(version, "version", 50)
+    if not isinstance(title, str):
+        raise InvalidInput(f"the title must be text, not {type(title).__name__}")
+    title = jsonvalues.check_text(title.strip(), what="title")[:200]
     now = clock.now()
-    try:
-        with transaction.atomic():
-            code = registry.registered_version(agent, version, lock=True)
-            if code is None:
-                which = f"version {version!r}" if version else "version"
-                raise NotFound(f"agent {agent!r} has no registered {which} that matches the code")
-            if session is None:
-                chat = Session.objects.create(
-                    agent=agent, title=title[:200] or message[:80], created_at=now
+    with transaction.atomic():
+        code = registry.registered_version(agent, version, lock=True)
+        if code is None:
+            which = f"version {version!r}" if version else "version"
+            raise NotFound(f"agent {agent!r} has no registered {which} that matches the code")
+        if session is None:
+            chat = Session.objects.create(agent=agent, title=title or message[:80], created_at=now)
+            seq = 1
+        else:
+            chat = _open_session(session, agent)
+            seq = (chat.runs.aggregate(last=Max("seq"))["last"] or 0) + 1
+        try:
+            # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
+            with transaction.atomic():
+                run = Run.objects.create(
+                    session=chat,
+                    seq=seq,
+                    agent=code.name,
+                    version=code.version,
+                    fingerprint=code.fingerprint,
+                    input=message,
+                    created_at=now,
+                    updated_at=now,
                 )
-                seq = 1
-            else:
-                chat = _open_session(session, agent)
-                seq = (chat.runs.aggregate(last=Max("seq"))["last"] or 0) + 1
-            run = Run.objects.create(
-                session=chat,
-                seq=seq,
-                agent=code.name,
-                version=code.version,
-                fingerprint=code.fingerprint,
-                input=message,
-                created_at=now,
-                updated_at=now,
-            )
-            store.event(run.pk, "submitted", actor, agent=code.name, version=code.version)
-            dispatch.enqueue_on_commit(run.pk)
-    except IntegrityError:
-        raise SessionBusy(f"session {session} received another message at the same time") from None
+        except IntegrityError:
+            # The database's one-unfinished-run rule (or the seq) caught a concurrent writer the
+            # check above could not see yet, such as a retry of this session's failed run.
+            raise SessionBusy(
+                f"session {chat.pk} received another message or a retry at the same time; "
+                "wait for that run or cancel it"
+            ) from None
+        store.event(run.pk, "submitted", actor, agent=code.name, version=code.version)
+        dispatch.enqueue_on_commit(run.pk)
     return run
 
 
 def _open_session(session_id: Any, agent: str) -> Session:
-    chat = _get(Session, session_id)
+    # The session's row lock orders concurrent submits, so each sees the one before it.
+    chat = _get(Session, session_id, lock=True)
     if chat.agent != agent:
         raise InvalidInput(f"session {chat.pk} belongs to agent {chat.agent!r}, not {agent!r}")
     busy = chat.runs.filter(status__in=UNFINISHED_STATUSES).values_list("pk", flat=True).first()
@@ -189,9 +219,7 @@ def _describe(interaction: Interaction) -> str:
         what = "answered"
     else:
         what = "approved" if response.get("approved") else "rejected"
-    answered = interaction.responded_at
-    when = answered.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if answered else "?"
-    return f"{what} by {interaction.responded_by} at {when}"
+    return f"{what} by {interaction.responded_by} at {_when(interaction.responded_at)}"
 
 
 def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
@@ -200,6 +228,7 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
     The same response again is a no-op; a different one raises InteractionConflict naming who
     answered and when.
     """
+    actor = _actor(actor)
     interaction = _get(Interaction, interaction_id)
     parsed = _parse_response(interaction, response)
     answer = parsed.model_dump()
@@ -248,47 +277,81 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
 # --- resolve ---------------------------------------------------------------------------------
 
 
-def resolve(
-    run_id: Any, operation_key: str, result: Any, *, evidence: str, actor: str
-) -> Operation:
-    """Supply the verified result of the operation a run is blocked on; the run continues.
+# How an operator settles an uncertain operation (R4): the verified result; or, verified in the
+# external system, that the call did not happen, and then either run it once more with the same
+# operation id, or tell the model it did not happen.
+RESULT = "result"
+NOT_RUN_AGAIN = "not_run_again"
+NOT_RUN_TELL_MODEL = "not_run_tell_model"
+RESOLVE_OUTCOMES = (RESULT, NOT_RUN_AGAIN, NOT_RUN_TELL_MODEL)
+RESOLVED = "operation_resolved"
 
-    Only while the run is blocked on exactly that operation. The result is checked against the
-    tool's output schema; the evidence (what was checked, e.g. the receipt id) is mandatory.
+
+def resolve(
+    run_id: Any,
+    operation_key: str,
+    result: Any = None,
+    *,
+    evidence: str,
+    actor: str,
+    outcome: str = RESULT,
+) -> Operation:
+    """Settle the uncertain operation a run is blocked on, with evidence; the run continues.
+
+    Only while the run is blocked on exactly that operation; once settled, another resolve is
+    refused, naming who settled it and when. The evidence (what was checked, e.g. the receipt
+    id) is mandatory and kept with the actor in the run's history. `outcome` says what was found:
+
+    - "result" (the default): the call happened; `result` is what the external system reports,
+      checked against the tool's output schema, and becomes the call's outcome.
+    - "not_run_again": the call verifiably did not happen; it runs once more, with the same
+      operation id, whatever its recovery policy. Takes no `result`.
+    - "not_run_tell_model": the call verifiably did not happen; the model receives an error
+      result saying so, with the evidence, and decides. Takes no `result`.
     """
+    actor = _actor(actor)
+    if not isinstance(outcome, str) or outcome not in RESOLVE_OUTCOMES:
+        raise InvalidInput(f"the outcome must be one of {', '.join(RESOLVE_OUTCOMES)}")
+    key = _text(operation_key, "operation key", 200)
+    evidence = _text(evidence, "evidence", MAX_EVIDENCE_CHARS)
+    if outcome != RESULT and result is not None:
+        raise InvalidInput("a call that did not happen has no result: leave the result out")
     run = _get_run(run_id)
     blocked = (
         run.status == RunStatus.NEEDS_ATTENTION
         and run.attention_reason == AttentionReason.UNCERTAIN_OPERATION
     )
-    if not blocked or run.blocked_operation != operation_key:
-        on = (
-            f"blocked on {run.blocked_operation}"
-            if blocked
-            else f"{run.status}, not blocked on an operation"
-        )
-        raise NotBlocked(f"run {run.pk} is not blocked on {operation_key!r} (it is {on})")
-    evidence = _text(evidence, "evidence", MAX_EVIDENCE_CHARS)
-    jsonvalues.check(result, what="result")
-    op = Operation.objects.get(run=run, key=operation_key)
+    if not blocked or run.blocked_operation != key:
+        raise NotBlocked(_not_blocked(run, key))
+    op = Operation.objects.get(run=run, key=key)
     agent = registry.code_agent(run.agent, run.version)
     tool = agent.tool_named(op.name) if agent else None
     if tool is None:
         raise NotBlocked(
             f"the code of {op.name} ({run.agent} {run.version}) is gone; restore it first"
         )
-    try:
-        verified = tool.validate_output(result)
-    except ValidationError as exc:
-        problems = [f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors()]
-        raise InvalidInput(
-            f"the result does not match {tool.name}'s output schema: " + "; ".join(problems),
-            problems,
-        ) from None
+    settled: dict[str, Any] = {}
+    if outcome == RESULT:
+        jsonvalues.check(result, what="result")
+        try:
+            settled = {"result": tool.validate_output(result), "is_error": False}
+        except ValidationError as exc:
+            problems = [
+                f"{'.'.join(map(str, e['loc'])) or 'result'}: {e['msg']}" for e in exc.errors()
+            ]
+            raise InvalidInput(
+                f"the result does not match {tool.name}'s output schema: " + "; ".join(problems),
+                problems,
+            ) from None
+    elif outcome == NOT_RUN_TELL_MODEL:
+        settled = {"result": _not_run_result(op, evidence), "is_error": True}
     now = clock.now()
     with transaction.atomic():
         moved = Run.objects.filter(
-            pk=run.pk, status=RunStatus.NEEDS_ATTENTION, blocked_operation=operation_key
+            pk=run.pk,
+            status=RunStatus.NEEDS_ATTENTION,
+            attention_reason=AttentionReason.UNCERTAIN_OPERATION,
+            blocked_operation=key,
         ).update(
             status=RunStatus.QUEUED,
             blocked_operation="",
@@ -297,23 +360,74 @@ def resolve(
             updated_at=now,
         )
         if moved != 1:
-            raise NotBlocked(f"run {run.pk} is no longer blocked on {operation_key!r}")
-        Operation.objects.filter(pk=op.pk, status=OperationStatus.STARTED).update(
-            status=OperationStatus.COMPLETED, result=verified, is_error=False, outcome_at=now
-        )
+            run.refresh_from_db()
+            raise NotBlocked(_not_blocked(run, key))
+        unfinished = Operation.objects.filter(pk=op.pk, status=OperationStatus.STARTED)
+        if outcome == NOT_RUN_AGAIN:
+            # The engine runs a not_run operation again, with the same operation id.
+            unfinished.update(status=OperationStatus.NOT_RUN)
+        else:
+            unfinished.update(status=OperationStatus.COMPLETED, outcome_at=now, **settled)
         store.event(
             run.pk,
-            "operation_resolved",
+            RESOLVED,
             actor,
-            key=operation_key,
+            key=key,
             operation_id=op.operation_id,
             tool=op.name,
-            result=verified,
+            outcome=outcome,
             evidence=evidence,
+            **({"result": settled["result"]} if settled else {}),
         )
         dispatch.enqueue_on_commit(run.pk)
     op.refresh_from_db()
     return op
+
+
+def _not_run_result(op: Operation, evidence: str) -> dict[str, Any]:
+    """The error result the model sees for a call an operator verified did not happen."""
+    call_id = op.key.rsplit("/", 1)[-1]
+    return {
+        "kind": "tool-not-run",
+        "error": f"Tool {op.name!r} (call {call_id}) did not happen: an operator checked the "
+        f"external system and found no effect. It was not run again. Evidence: {evidence}",
+        "toolName": op.name,
+        "toolCallId": call_id,
+    }
+
+
+def _when(moment: dt.datetime | None) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "?"
+
+
+SETTLED_AS = {
+    RESULT: "with a verified result",
+    NOT_RUN_AGAIN: "as not run, to run once more",
+    NOT_RUN_TELL_MODEL: "as not run, telling the model",
+}
+
+
+def _not_blocked(run: Run, key: str) -> str:
+    """Why a resolve of `key` is refused: who settled it and when (R5), else the run's state."""
+    settled = (
+        Event.objects.filter(run=run, kind=RESOLVED, operation_key=key).order_by("-id").first()
+    )
+    if settled is not None:
+        how = SETTLED_AS.get(settled.data.get("outcome", RESULT), "")
+        return (
+            f"{key} of run {run.pk} was already resolved {how} by {settled.actor} "
+            f"at {_when(settled.created_at)}"
+        )
+    blocked = (
+        run.status == RunStatus.NEEDS_ATTENTION
+        and run.attention_reason == AttentionReason.UNCERTAIN_OPERATION
+    )
+    on = (
+        f"blocked on {run.blocked_operation}"
+        if blocked
+        else f"{run.status}, not blocked on an operation"
+    )
+    return f"run {run.pk} is not blocked on {key!r} (it is {on})"
 
 
 # --- retry and cancel ------------------------------------------------------------------------
@@ -345,40 +459,72 @@ def retry_problem(run: Run) -> str | None:
 
 
 def retry(run_id: Any, *, actor: str) -> Run:
-    """Re-attempt a failed or blocked run (or a retry wait, now) under the same recovery checks.
+    """Re-attempt a failed or blocked run (or end a retry wait now) under the recovery checks.
 
-    Never overrides manual recovery; refused once a later run advanced the session; resets
-    the attempt counters of unfinished model operations and keeps every completed result.
+    Never overrides manual recovery; refused once a later run advanced the session, or while
+    another run of the session is unfinished (S5). The check and the requeue are one
+    transaction (T3). A failed or blocked run gets fresh attempt counters for its unfinished
+    model operations (and for the operation whose attempts ran out), and every completed result
+    is kept (T4). "Retry now" on a retry wait only ends the wait: the attempts already made
+    still count, so the maximum holds however often it is pressed (T6).
     """
-    run = _get_run(run_id)
-    problem = retry_problem(run)
-    if problem is not None:
-        raise RetryRejected(f"run {run.pk} cannot be retried: {problem}")
+    actor = _actor(actor)
     now = clock.now()
-    previous = run.status
     with transaction.atomic():
-        moved = Run.objects.filter(pk=run.pk, status=previous, fence=run.fence).update(
-            status=RunStatus.QUEUED,
-            next_attempt_at=None,
-            error="",
-            attention_reason="",
-            attention_detail={},
-            blocked_operation="",
-            finished_at=None,
-            updated_at=now,
-        )
+        # The run's row lock orders concurrent retries (and cancels): each decides on what the
+        # one before it committed.
+        run = _get(Run, run_id, lock=True)
+        problem = retry_problem(run)
+        if problem is not None:
+            raise RetryRejected(f"run {run.pk} cannot be retried: {problem}")
+        previous = run.status
+        fresh = previous != RunStatus.RETRY_WAIT
+        # A person decided to try again: a crash loop's count starts over (its last crash stays).
+        counters = {"crashed_claims": 0} if fresh else {}
+        try:
+            # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
+            with transaction.atomic():
+                moved = Run.objects.filter(pk=run.pk, status=previous, fence=run.fence).update(
+                    status=RunStatus.QUEUED,
+                    next_attempt_at=None,
+                    error="",
+                    error_kind="",
+                    attention_reason="",
+                    attention_detail={},
+                    blocked_operation="",
+                    finished_at=None,
+                    updated_at=now,
+                    **counters,
+                )
+        except IntegrityError:
+            # S5: a message submitted to the session at the same moment holds its one
+            # unfinished run; the check above could not see it before it committed.
+            raise RetryRejected(
+                f"run {run.pk} cannot be retried: another run of its session "
+                f"{run.session_id} is unfinished"
+            ) from None
         if moved != 1:
             raise RetryRejected(f"run {run.pk} changed meanwhile; reload and try again")
-        Operation.objects.filter(
-            run=run,
-            kind=OperationKind.MODEL,
-            status__in=[OperationStatus.STARTED, OperationStatus.FAILED],
-        ).update(attempts=0)
+        if fresh:
+            _fresh_attempts(run)
         kind = "retried_now" if previous == RunStatus.RETRY_WAIT else "retried"
         store.event(run.pk, kind, actor, previous_status=previous)
         dispatch.enqueue_on_commit(run.pk)
     run.refresh_from_db()
     return run
+
+
+def _fresh_attempts(run: Run) -> None:
+    """An operator's retry of a failed or blocked run: unfinished model requests start
+    counting again, and so does an operation whose re-runs after crashes ran out."""
+    unfinished = [OperationStatus.STARTED, OperationStatus.FAILED]
+    Operation.objects.filter(run=run, kind=OperationKind.MODEL, status__in=unfinished).update(
+        attempts=0
+    )
+    if run.attention_reason == AttentionReason.ATTEMPTS_EXHAUSTED and run.blocked_operation:
+        Operation.objects.filter(run=run, key=run.blocked_operation, status__in=unfinished).update(
+            attempts=0
+        )
 
 
 @dataclass(frozen=True)
@@ -396,6 +542,9 @@ def retry_many(run_ids: Iterable[Any], *, actor: str) -> list[RetryResult]:
     Each run goes through `retry` with its checks and its own transaction; the result says,
     per run, whether it was retried or why not.
     """
+    actor = _actor(actor)
+    if isinstance(run_ids, str | bytes):
+        raise InvalidInput("the run ids must be a list of ids, not one string")
     results = []
     for run_id in run_ids:
         try:
@@ -408,13 +557,19 @@ def retry_many(run_ids: Iterable[Any], *, actor: str) -> list[RetryResult]:
 
 
 def cancel(run_id: Any, *, actor: str, reason: str = "") -> Run:
-    """Cancel an unfinished run; a worker still running it can commit nothing more."""
+    """Cancel an unfinished run; a worker still running it can commit nothing more.
+
+    The reason is optional ("" for none) and kept in the run's history.
+    """
+    actor = _actor(actor)
+    if not isinstance(reason, str):
+        raise InvalidInput(f"the reason must be text, not {type(reason).__name__}")
+    reason = jsonvalues.check_text(reason.strip(), what="reason", max_length=MAX_REASON_CHARS)
     run = _get_run(run_id)
     if run.status not in UNFINISHED_STATUSES:
         raise InvalidTransition(
             f"run {run.pk} is {run.status}; only unfinished runs can be cancelled"
         )
-    reason = jsonvalues.check_text(reason.strip(), what="reason", max_length=MAX_REASON_CHARS)
     now = clock.now()
     with transaction.atomic():
         moved = Run.objects.filter(pk=run.pk, status__in=UNFINISHED_STATUSES).update(

@@ -19,6 +19,14 @@ from runtime import control
 from runtime.errors import AgentOpsError
 from runtime.models import Run
 
+NOTICES = {
+    control.RESULT: "Reconciled {tool} with your evidence: the run continues.",
+    control.NOT_RUN_AGAIN: "Recorded that {tool} did not happen: it runs once more, with the "
+    "same operation id.",
+    control.NOT_RUN_TELL_MODEL: "Recorded that {tool} did not happen: the model is told so, "
+    "with your evidence, and decides.",
+}
+
 
 def _context(run: Run, key: str, **extra: Any) -> dict[str, Any]:
     context = live(f"/ws/runs/{run.pk}/reconcile/?{urlencode({'key': key})}")
@@ -49,12 +57,13 @@ def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
                 data["result"],
                 evidence=data["evidence"],
                 actor=actor(request),
+                outcome=data["outcome"],
             )
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
         else:
-            status, notice = 200, f"Reconciled {op.name} with your evidence: the run continues."
+            status, notice = 200, NOTICES[data["outcome"]].format(tool=op.name)
             if not request.htmx:
                 messages.success(request, notice)
                 return redirect(reverse("console:run", args=[run.pk]))

@@ -125,7 +125,7 @@ def test_it_tells_the_second_reconciler_who_settled_it(world, as_user):
     response = post(as_user("reconciler"), run, '{"receipt_id": "rcpt-1"}', **htmx())
     assert response.status_code == 409
     html = response.content.decode()
-    assert "is not blocked on" in html
+    assert "was already resolved with a verified result by bob at" in html
     assert 'by <strong class="actor">bob</strong>' in html
     assert "Evidence: checked by bob" in html
     assert Event.objects.filter(run=run, kind="operation_resolved").count() == 1
@@ -158,13 +158,92 @@ def test_it_asks_for_a_verified_result_when_the_tool_cannot_look_it_up(world, as
     assert 'spellcheck="false" class="mono" required></textarea>' in html
 
 
-def test_it_offers_nothing_to_confirm_when_the_external_system_has_no_record(world, as_user):
+def test_it_offers_only_did_not_happen_when_the_external_system_has_no_record(world, as_user):
     run = world.run("blocked")
     EFFECTS.receipts.clear()  # the charge never reached the payments system
     html = as_user("reconciler").get(f"/runs/{run.pk}/reconcile/").content.decode()
     assert "The external system has no record of this operation id" in html
-    assert 'name="result"' not in html
-    assert f'action="/runs/{run.pk}/resolve/"' not in html
+    assert 'name="result"' not in html  # nothing to confirm, nothing to make up
+    assert html.count(f'action="/runs/{run.pk}/resolve/"') == 1
+    assert 'name="outcome" value="not_run_again" required' in html
+    assert 'name="outcome" value="not_run_tell_model"' in html
+    assert '<textarea id="not-run-evidence" name="evidence"' in html
+
+
+def test_it_offers_did_not_happen_beside_the_result_when_the_tool_cannot_look_it_up(world, as_user):
+    run = world.run("blocked_no_lookup")
+    html = as_user("reconciler").get(f"/runs/{run.pk}/reconcile/").content.decode()
+    assert '<textarea id="result"' in html
+    assert 'id="not-run-form"' in html
+
+
+def test_it_never_offers_did_not_happen_when_the_external_system_reports_a_result(world, as_user):
+    run = world.run("blocked")
+    html = as_user("reconciler").get(f"/runs/{run.pk}/reconcile/").content.decode()
+    assert 'name="outcome"' not in html
+
+
+def not_run(client, run: Run, outcome: str, evidence: str = "no such charge in the ledger", **h):
+    data = {"operation_key": KEY, "outcome": outcome, "evidence": evidence}
+    return client.post(f"/runs/{run.pk}/resolve/", data, **h)
+
+
+def test_r4_it_records_that_the_call_did_not_happen_to_run_it_again(world, as_user):
+    run = world.run("blocked")
+    EFFECTS.receipts.clear()
+    response = not_run(as_user("reconciler"), run, "not_run_again")
+    assert response.status_code == 302
+    assert response["Location"] == f"/runs/{run.pk}/"
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    assert Operation.objects.get(run=run, key=KEY).status == OperationStatus.NOT_RUN
+    event = Event.objects.get(run=run, kind="operation_resolved")
+    assert (event.actor, event.data["outcome"]) == ("reconciler", "not_run_again")
+    assert event.data["evidence"] == "no such charge in the ledger"
+
+
+def test_it_tells_the_model_in_place_with_htmx_and_shows_the_decision(world, as_user):
+    run = world.run("blocked_no_lookup")
+    response = not_run(as_user("reconciler"), run, "not_run_tell_model", **htmx())
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.startswith('<section id="reconcile"')
+    assert "Recorded that transfer did not happen: the model is told so" in html
+    assert "Recorded as not run, and the model told so," in html
+    assert 'by <strong class="actor">reconciler</strong>' in html
+    assert "Evidence: no such charge in the ledger" in html
+    op = Operation.objects.get(run=run, key=KEY)
+    assert (op.status, op.is_error, op.result["kind"]) == ("completed", True, "tool-not-run")
+
+
+@pytest.mark.parametrize("headers", [{}, htmx()])
+def test_it_refuses_did_not_happen_without_evidence_and_keeps_the_choice(world, as_user, headers):
+    run = world.run("blocked_no_lookup")
+    response = not_run(as_user("reconciler"), run, "not_run_tell_model", evidence="  ", **headers)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'value="not_run_tell_model" checked' in html
+    assert "This field is required." in html
+    assert still_blocked(run)
+
+
+def test_it_refuses_an_unknown_outcome(world, as_user):
+    run = world.run("blocked_no_lookup")
+    response = not_run(as_user("reconciler"), run, "it-was-fine")
+    assert response.status_code == 400
+    assert "Select a valid choice." in response.content.decode()
+    assert still_blocked(run)
+
+
+def test_r5_a_did_not_happen_after_a_resolve_names_who_resolved_it(world, as_user):
+    run = world.run("blocked_no_lookup")
+    resolve(run.pk, KEY, {"receipt_id": "r-9"}, evidence="found r-9", actor="bob")
+    response = not_run(as_user("reconciler"), run, "not_run_again", **htmx())
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "was already resolved with a verified result by bob at" in html
+    assert Operation.objects.get(run=run, key=KEY).result == {"receipt_id": "r-9"}
+    assert Event.objects.filter(run=run, kind="operation_resolved").count() == 1
 
 
 def test_it_shows_a_lookup_that_fails_and_lets_the_operator_verify_elsewhere(

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime import AgentOpsError, jsonvalues, resolve, respond, submit
-from runtime.models import Event, Interaction, Operation, Run
+from runtime import AgentOpsError, InvalidInput, cancel, jsonvalues, resolve, respond, retry, submit
+from runtime.control import retry_many
+from runtime.models import Event, Interaction, Operation, Run, Session
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import call, make_agent, one_call, say
 from tests.fuzz.strategies import hostile_documents, json_texts, nasty_text
@@ -26,6 +27,7 @@ KEY = "step-1/tool/toolu_01_0"
 
 def snapshot() -> tuple:
     return (
+        Session.objects.count(),
         list(Run.objects.order_by("pk").values_list("pk", "status", "fence", "blocked_operation")),
         list(Operation.objects.order_by("pk").values_list("pk", "status", "result")),
         list(Interaction.objects.order_by("pk").values_list("pk", "status", "response")),
@@ -65,6 +67,15 @@ def blocked(define, effects):
     return recover(run.pk)
 
 
+def valid_reason(reason: str) -> bool:
+    """A rejection's reason the runtime must accept: storable, not blank, not too long."""
+    try:
+        jsonvalues.check_text(reason)
+    except AgentOpsError:
+        return False
+    return bool(reason.strip()) and len(reason.strip()) <= 4000
+
+
 @FUZZ
 @given(
     response=st.one_of(
@@ -78,11 +89,12 @@ def blocked(define, effects):
 def test_respond_to_an_approval_refuses_hostile_responses(approval, response):
     if (
         isinstance(response, dict)
-        and response.get("approved") is True
+        and isinstance(response.get("approved"), bool)
         and set(response) <= {"approved", "reason"}
         and isinstance(response.get("reason", ""), str)
+        and (response["approved"] or valid_reason(response.get("reason", "")))
     ):
-        return  # a valid approval; covered by the approval tests
+        return  # a valid approval or rejection; covered by the approval tests
     before = snapshot()
     refused(lambda: respond(approval.pk, response, actor="fuzz"))
     assert snapshot() == before
@@ -145,3 +157,98 @@ def test_submit_refuses_hostile_messages_sessions_and_agents(fuzzed_agent, messa
         assert (run.agent, session) == ("fuzzed", None)
         assert run.input == message.strip()
         jsonvalues.check_text(run.input)
+
+
+# Arguments of the wrong type or that no audit can hold: what a script or an API client sends.
+not_text = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+    st.lists(st.text(max_size=5), max_size=3),
+    st.binary(max_size=10),
+)
+unstorable_text = st.one_of(
+    st.text(min_size=1, max_size=20).map(lambda t: t[:10] + "\x00" + t[10:]),
+    st.text(min_size=1, max_size=20).map(lambda t: t + "\ud800"),
+    st.sampled_from(["\udfff", "a\udc00b"]),
+)
+blank_text = st.text(alphabet=" \t\n\r\u3000\u00a0", max_size=10)
+hostile_actors = st.one_of(
+    not_text,
+    unstorable_text,
+    blank_text,
+    st.text(min_size=151, max_size=400).filter(lambda t: len(t.strip()) > 150),
+    st.just("runtime"),
+)
+
+
+@pytest.fixture
+def states(define, effects):
+    define(
+        make_agent(one_call("refund"), name="approvals"),
+        make_agent(one_call("charge"), name="charger"),
+        make_agent([RuntimeError("down")] * 5, name="broken"),
+    )
+    waiting = run_until_idle(submit("approvals", "refund", actor="alice").pk)
+    run = submit("charger", "charge", actor="alice")
+    with crash_at("after_handler", tool="charge"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    blocked = recover(run.pk)
+    failed = run_until_idle(submit("broken", "hi", actor="alice").pk)
+    return {"waiting": waiting, "blocked": blocked, "failed": failed}
+
+
+def typed_refusal(action) -> None:
+    before = snapshot()
+    with pytest.raises(InvalidInput) as error:
+        action()
+    assert error.value.code == "invalid_input"
+    assert error.value.message
+    assert snapshot() == before
+
+
+# Each example tries every verb: fewer examples reach as many refusals.
+FEW = settings(FUZZ, max_examples=100)
+
+
+@FEW
+@given(actor=hostile_actors)
+def test_every_verb_refuses_hostile_actors_with_a_typed_error(states, actor):
+    waiting, blocked, failed = states["waiting"], states["blocked"], states["failed"]
+    interaction = waiting.interactions.get()
+    for action in (
+        lambda: submit("broken", "hello", actor=actor),
+        lambda: submit("broken", "hello", actor=actor, session=failed.session_id),
+        lambda: respond(interaction.pk, {"approved": True}, actor=actor),
+        lambda: resolve(blocked.pk, KEY, {"receipt_id": "r"}, evidence="seen", actor=actor),
+        lambda: resolve(blocked.pk, KEY, evidence="seen", actor=actor, outcome="not_run_again"),
+        lambda: retry(failed.pk, actor=actor),
+        lambda: retry_many([failed.pk], actor=actor),
+        lambda: cancel(waiting.pk, actor=actor),
+    ):
+        typed_refusal(action)
+
+
+@FEW
+@given(reason=st.one_of(not_text, unstorable_text, st.text(min_size=4001, max_size=4100)))
+def test_cancel_refuses_hostile_reasons_with_a_typed_error(states, reason):
+    typed_refusal(lambda: cancel(states["waiting"].pk, actor="ops", reason=reason))
+
+
+@FEW
+@given(
+    key=st.one_of(not_text, unstorable_text, blank_text),
+    outcome=st.one_of(not_text, st.text(max_size=30)),
+    evidence=st.one_of(not_text, unstorable_text, blank_text),
+)
+def test_resolve_refuses_hostile_keys_outcomes_and_evidence(states, key, outcome, evidence):
+    blocked = states["blocked"]
+    before = snapshot()
+    with pytest.raises(AgentOpsError) as error:
+        resolve(
+            blocked.pk, key, {"receipt_id": "r"}, evidence=evidence, actor="ops", outcome=outcome
+        )
+    assert error.value.message
+    assert snapshot() == before

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from runtime import InvalidInput, NotBlocked, NotFound, resolve, submit
+from runtime.clock import frozen
 from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover
 from tests.conftest import TOOLS, make_agent, one_call
@@ -101,3 +104,80 @@ def test_a_second_resolve_is_refused(define, effects):
     with pytest.raises(NotBlocked):
         resolve(run.pk, KEY, {"receipt_id": "rcpt-2"}, evidence="checked", actor="sam")
     assert Operation.objects.get(run=run, key=KEY).result == {"receipt_id": "rcpt-1"}
+
+
+def test_it_records_that_the_call_did_not_happen_and_queues_it_to_run_again(define, effects):
+    run = blocked_run(define, effects)
+    op = resolve(
+        run.pk,
+        KEY,
+        evidence="no charge for this operation id in the payments console",
+        actor="rita",
+        outcome="not_run_again",
+    )
+    assert op.status == OperationStatus.NOT_RUN
+    assert op.result is None
+    run.refresh_from_db()
+    assert (run.status, run.blocked_operation, run.attention_reason) == (RunStatus.QUEUED, "", "")
+    event = Event.objects.get(kind="operation_resolved")
+    assert event.actor == "rita"
+    assert event.operation_key == KEY
+    assert event.data["outcome"] == "not_run_again"
+    assert event.data["evidence"] == "no charge for this operation id in the payments console"
+    assert event.data["operation_id"] == f"{run.pk}:{KEY}"
+    assert "result" not in event.data
+    assert effects.total == 1  # nothing ran from the verb itself
+
+
+def test_it_tells_the_model_a_call_did_not_happen_with_the_evidence(define, effects):
+    run = blocked_run(define, effects)
+    resolve(
+        run.pk, KEY, evidence="ledger shows no charge", actor="rita", outcome="not_run_tell_model"
+    )
+    op = Operation.objects.get(run=run, key=KEY)
+    assert (op.status, op.is_error) == (OperationStatus.COMPLETED, True)
+    assert op.result["kind"] == "tool-not-run"
+    assert "did not happen" in op.result["error"]
+    assert "ledger shows no charge" in op.result["error"]
+    run = recover(run.pk)
+    assert run.status == RunStatus.COMPLETED
+    assert effects.total == 1  # not run again
+    # The model's next request carried the error result for that call.
+    seen = [
+        block
+        for message in run.transcript
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(seen) == 1
+    assert seen[0]["tool_use_id"] == "toolu_01_0"
+    assert seen[0]["is_error"] is True
+    assert "ledger shows no charge" in str(seen[0]["content"])
+    event = Event.objects.get(kind="operation_resolved")
+    assert (event.actor, event.data["outcome"]) == ("rita", "not_run_tell_model")
+    assert event.data["result"] == op.result
+
+
+@pytest.mark.parametrize(
+    ("outcome", "how"),
+    [
+        ("result", "with a verified result"),
+        ("not_run_again", "as not run, to run once more"),
+        ("not_run_tell_model", "as not run, telling the model"),
+    ],
+)
+def test_a_second_resolve_names_who_settled_it_and_when(define, effects, outcome, how):
+    run = blocked_run(define, effects)
+    result = {"receipt_id": "rcpt-1"} if outcome == "result" else None
+    with frozen(dt.datetime(2026, 3, 1, 9, 30, tzinfo=dt.UTC)):
+        resolve(run.pk, KEY, result, evidence="checked", actor="rita", outcome=outcome)
+    before = unchanged(run)
+    for second in ("result", "not_run_again", "not_run_tell_model"):
+        again = {"receipt_id": "rcpt-2"} if second == "result" else None
+        with pytest.raises(NotBlocked) as error:
+            resolve(run.pk, KEY, again, evidence="me too", actor="sam", outcome=second)
+        assert error.value.message == (
+            f"{KEY} of run {run.pk} was already resolved {how} by rita at 2026-03-01 09:30:00 UTC"
+        )
+    assert unchanged(run) == before

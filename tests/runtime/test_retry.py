@@ -9,9 +9,10 @@ import pytest
 from runtime import ModelRetry, RetryRejected, cancel, retry, submit
 from runtime.clock import frozen
 from runtime.llm.scripted import call, say
-from runtime.models import Event, Operation, OperationStatus, RunStatus
+from runtime.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import ARGS, make_agent, one_call
+from tests.runtime.threads import at_once, won
 
 
 class Flaky:
@@ -145,3 +146,98 @@ def test_retry_is_rejected_in_other_states(define, effects, status):
         retry(run.pk, actor="ops")
     run.refresh_from_db()
     assert run.status == status
+
+
+def model_calls(run) -> int:
+    """Model requests really sent for `run`: each is preceded by its committed intent."""
+    return Event.objects.filter(run=run, kind="intent", data__call="model").count()
+
+
+def test_retry_now_ends_the_wait_but_the_attempts_made_still_count(define):
+    model = Flaky(100, [say("hi")])
+    agent = define(make_agent(model, model_retry=ModelRetry(max_attempts=2, initial_delay=60)))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    presses = 0
+    while run.status == RunStatus.RETRY_WAIT and presses < 5:
+        retry(run.pk, actor="ops")
+        presses += 1
+        run = run_until_idle(run.pk)
+    assert presses == 1
+    assert model.calls == 2
+    assert run.status == RunStatus.FAILED
+    assert "after 2 attempts" in run.error
+    assert Operation.objects.get(run=run, key="step-1/model").attempts == 2
+
+
+def test_retry_now_after_a_crashed_attempt_keeps_counting_it(define):
+    model = Flaky(100, [say("hi")])
+    agent = define(make_agent(model, model_retry=ModelRetry(max_attempts=3, initial_delay=60)))
+    run = submit(agent.name, "hi", actor="alice")
+    with crash_at("after_intent", tool="model"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    run = recover(run.pk)  # attempt 2 raises: the run waits
+    assert run.status == RunStatus.RETRY_WAIT
+    retry(run.pk, actor="ops")
+    run = run_until_idle(run.pk)
+    assert run.status == RunStatus.FAILED
+    assert model_calls(run) == 3
+    assert "after 3 attempts" in run.error
+
+
+def test_retry_of_a_failed_run_after_retry_now_gets_a_fresh_budget(define):
+    model = Flaky(100, [say("hi")])
+    agent = define(make_agent(model, model_retry=ModelRetry(max_attempts=2, initial_delay=60)))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    retry(run.pk, actor="ops")
+    run = run_until_idle(run.pk)
+    assert (run.status, model.calls) == (RunStatus.FAILED, 2)
+    retry(run.pk, actor="ops")  # a person decided to try again: two more attempts
+    run = run_until_idle(run.pk)
+    assert run.status == RunStatus.RETRY_WAIT
+    retry(run.pk, actor="ops")
+    run = run_until_idle(run.pk)
+    assert (run.status, model.calls) == (RunStatus.FAILED, 4)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_ten_operators_pressing_retry_now_at_once_requeue_once_and_attempts_stay_bounded(define):
+    model = Flaky(10**6, [say("hi")])
+    agent = define(make_agent(model, model_retry=ModelRetry(3, 600, 600)))
+    for _ in range(10):
+        run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+        rounds = 0
+        while run.status == RunStatus.RETRY_WAIT and rounds < 5:
+            rounds += 1
+            before = Event.objects.filter(run=run, kind="retried_now").count()
+            outcomes = at_once([lambda i=i, r=run.pk: retry(r, actor=f"op{i}") for i in range(10)])
+            assert sum(map(won, outcomes)) == 1
+            refused = [o for o in outcomes if not won(o)]
+            assert all(isinstance(o, RetryRejected) and o.message for o in refused), refused
+            assert Event.objects.filter(run=run, kind="retried_now").count() == before + 1
+            run.refresh_from_db()
+            assert run.status == RunStatus.QUEUED
+            run = run_until_idle(run.pk)
+        assert run.status == RunStatus.FAILED
+        assert model_calls(run) == 3
+        assert Operation.objects.get(run=run, key="step-1/model").attempts == 3
+
+
+def test_retry_after_the_attempts_ran_out_gives_that_operation_a_fresh_budget(define, effects):
+    agent = define(make_agent(one_call("get_order")))
+    run = submit(agent.name, "hi", actor="alice")
+    with crash_at("after_intent", tool="get_order"), pytest.raises(SimulatedCrash):
+        recover(run.pk)
+    key = "step-1/tool/toolu_01_0"
+    # As the engine leaves a run whose re-runs after crashes ran out (C14).
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.NEEDS_ATTENTION,
+        attention_reason=AttentionReason.ATTEMPTS_EXHAUSTED,
+        blocked_operation=key,
+        crashed_claims=2,
+    )
+    Operation.objects.filter(run=run, key=key).update(attempts=5)
+    run = retry(run.pk, actor="ops")
+    assert (run.status, run.crashed_claims, run.blocked_operation) == (RunStatus.QUEUED, 0, "")
+    assert Operation.objects.get(run=run, key=key).attempts == 0
+    assert Operation.objects.get(run=run, key="step-1/model").attempts == 1  # completed: kept
