@@ -195,6 +195,12 @@ if AGENTOPS_CRASH_LOOP_CLAIMS < 1 or AGENTOPS_OPERATION_ATTEMPTS < 1:
     raise ImproperlyConfigured(
         "AGENTOPS_CRASH_LOOP_CLAIMS and AGENTOPS_OPERATION_ATTEMPTS must be >= 1"
     )
+# The Anthropic adapter (docs/model-adapter.md): short in-process retries of transient errors
+# within one attempt, the longest provider wait slept through in-process (longer ones go to the
+# persisted backoff), and the default timeout of one request.
+AGENTOPS_MODEL_RETRIES = int(env_float("AGENTOPS_MODEL_RETRIES", 2))
+AGENTOPS_MODEL_RETRY_MAX_WAIT = env_float("AGENTOPS_MODEL_RETRY_MAX_WAIT", 10.0)
+AGENTOPS_MODEL_TIMEOUT = env_float("AGENTOPS_MODEL_TIMEOUT", 600.0)
 # The store prepares its statements once per connection; turn off behind a pooler that cannot
 # hold prepared statements (PgBouncer in transaction mode before 1.21).
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
