@@ -17,14 +17,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Model, QuerySet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime import clock, dispatch, jsonvalues, registry, store
+from runtime import approval_store, clock, dispatch, jsonvalues, policy, registry, store
+from runtime.agents import digest
 from runtime.errors import (
+    ApprovalRefused,
     InteractionClosed,
     InteractionConflict,
     InvalidInput,
     InvalidTransition,
     NotBlocked,
     NotFound,
+    ReauthenticationRequired,
     RetryRejected,
     SessionBusy,
 )
@@ -41,6 +44,7 @@ from runtime.models import (
     Run,
     RunStatus,
     Session,
+    WorkItem,
 )
 
 MAX_MESSAGE_CHARS = 20_000
@@ -222,32 +226,69 @@ def _describe(interaction: Interaction) -> str:
     return f"{what} by {interaction.responded_by} at {_when(interaction.responded_at)}"
 
 
-def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
+def respond(
+    interaction_id: Any, response: Any, *, actor: str, reauthenticated: bool = False
+) -> Interaction:
     """Answer a pending approval or question; the run continues.
+
+    An approval under a rule obeys it (runtime.policy): a decision it forbids (wrong group,
+    four-eyes, expired) raises ApprovalRefused; a high-risk approval without `reauthenticated`
+    (the interface's proof of a recent sign-in) raises ReauthenticationRequired; nothing changes
+    then. Under a quorum, each approval counts once per person, and the run continues when the
+    quorum of distinct approvers of the current arguments is met; one rejection decides. The
+    decision's receipt is written with it.
 
     The same response again is a no-op; a different one raises InteractionConflict naming who
     answered and when.
     """
     actor = _actor(actor)
+    if not isinstance(reauthenticated, bool):
+        raise InvalidInput("reauthenticated must be true or false")
     interaction = _get(Interaction, interaction_id)
     parsed = _parse_response(interaction, response)
     answer = parsed.model_dump()
     now = clock.now()
+    counted = False
     with transaction.atomic():
         # The run's row lock first, in the order cancel and the engine take them (the run, then
         # its interactions): the other order deadlocks against a concurrent cancel.
-        list(Run.objects.select_for_update().filter(pk=interaction.run_id).values_list("pk"))
-        landed = Interaction.objects.filter(
-            pk=interaction.pk, status=InteractionStatus.PENDING
-        ).update(
-            status=InteractionStatus.ANSWERED, response=answer, responded_by=actor, responded_at=now
-        )
+        approval_store.lock_run(interaction.run_id)
+        interaction.refresh_from_db()
+        item = _work_item(interaction)
+        receipt: tuple[str, dict[str, Any]] | None = None
+        approving = interaction.kind == InteractionKind.TOOL_APPROVAL and answer["approved"]
+        if interaction.status == InteractionStatus.PENDING:
+            if interaction.kind == InteractionKind.TOOL_APPROVAL:
+                problem = policy.refusal(item, interaction, actor, approving=approving, now=now)
+                if problem:
+                    raise ApprovalRefused(problem)
+            if approving:
+                receipt = _approve(interaction, item, actor, reauthenticated=reauthenticated)
+                counted = receipt is None
+        landed = 0
+        if not counted:
+            landed = Interaction.objects.filter(
+                pk=interaction.pk, status=InteractionStatus.PENDING
+            ).update(
+                status=InteractionStatus.ANSWERED,
+                response=answer,
+                responded_by=actor,
+                responded_at=now,
+            )
         if landed == 1:
             moved = Run.objects.filter(pk=interaction.run_id, status=RunStatus.WAITING).update(
                 status=RunStatus.QUEUED, updated_at=now
             )
             if moved != 1:
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
+            approval_store.decided(interaction, now)
+            extra: dict[str, Any] = {}
+            if receipt is not None:
+                digest_, contents = receipt
+                approval_store.write_receipt(interaction, digest_, contents)
+                extra = {"approvers": contents["approvers"], "receipt": digest_}
+                if contents["rule"].get("rule"):
+                    extra["rule"] = contents["rule"]["rule"]
             if interaction.kind == InteractionKind.QUESTION:
                 kind = "question_answered"
             else:
@@ -260,10 +301,11 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
                 interaction=str(interaction.pk),
                 tool=interaction.tool_name,
                 response=answer,
+                **extra,
             )
             dispatch.enqueue_on_commit(interaction.run_id)
     interaction.refresh_from_db()
-    if landed == 1:
+    if landed == 1 or counted:
         return interaction
     if interaction.status == InteractionStatus.CANCELLED:
         raise InteractionClosed(
@@ -272,6 +314,52 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
     if parsed.same_as(interaction.response or {}):
         return interaction
     raise InteractionConflict(f"already {_describe(interaction)}")
+
+
+def _work_item(interaction: Interaction) -> WorkItem | None:
+    try:
+        return interaction.work
+    except WorkItem.DoesNotExist:  # asked before work items existed: the default policy
+        return None
+
+
+def _approve(
+    interaction: Interaction, item: WorkItem | None, actor: str, *, reauthenticated: bool
+) -> tuple[str, dict[str, Any]] | None:
+    """Count `actor`'s approval (under the run's lock). The receipt (digest, contents) once the
+    quorum is met; None while it is not (the vote is recorded, with its event)."""
+    rules = policy.Policy.from_json(item.policy) if item is not None else None
+    if rules is not None and rules.high_risk and not reauthenticated:
+        raise ReauthenticationRequired(
+            f"rule {rules.rule!r} marks this call high-risk: sign in again (or use a token with "
+            "the high-risk scope) to approve it"
+        )
+    run = interaction.run
+    agent = registry.code_agent(run.agent, run.version)
+    if agent is None:
+        raise ApprovalRefused(f"the code of {run.agent} {run.version} is gone; restore it first")
+    try:
+        contents = policy.receipt(run, agent, interaction, item)
+    except ValueError as exc:
+        raise ApprovalRefused(str(exc)) from None
+    approved_sha = digest(contents["arguments"])
+    new = approval_store.vote(interaction, actor, approved_sha)
+    contents["approvers"] = policy.approvers(interaction, approved_sha)
+    quorum = rules.quorum if rules is not None else 1
+    if len(contents["approvers"]) >= quorum:
+        return digest(contents), contents
+    if new:
+        store.event(
+            run.pk,
+            "approval_counted",
+            actor,
+            key=interaction.operation_key,
+            interaction=str(interaction.pk),
+            tool=interaction.tool_name,
+            approvers=contents["approvers"],
+            quorum=quorum,
+        )
+    return None
 
 
 # --- resolve ---------------------------------------------------------------------------------
@@ -602,9 +690,13 @@ def list_runs(*statuses: str) -> Any:
 def resume() -> list[str]:
     """Hand every run that can move now to the executor: startup discovery and the sweep.
 
-    Queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
+    First the due approval timers fire (expiry, escalation, warnings), each once; then queued
+    runs whose message was lost, expired leases and due retry timers. Claiming stays the
     only door into `running`, so handing a run over twice is harmless.
     """
+    from runtime import work  # it builds on this module's verbs
+
+    work.fire_due_timers()
     due = [str(pk) for pk in store.due_run_ids()]
     for run_id in due:
         dispatch.enqueue_on_commit(run_id)

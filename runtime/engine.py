@@ -23,14 +23,15 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, registry, store, tracing
+from runtime import approval_store, clock, faults, jsonvalues, registry, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
+    ApprovalReceipt,
     AttentionReason,
     ErrorKind,
     Interaction,
@@ -41,6 +42,16 @@ from runtime.models import (
     OperationStatus,
     Run,
     RunStatus,
+    WorkItem,
+)
+from runtime.policy import (
+    QUESTION,
+    Policy,
+    changes,
+    edited_result,
+    policy_for,
+    receipt,
+    receipt_differences,
 )
 from runtime.transcript import (
     NUDGE,
@@ -219,7 +230,7 @@ class _Turn:
         self.run = run
         self.ops: dict[str, Operation] = {op.key: op for op in run.operations.all()}
         self.interactions: dict[str, Interaction] = {
-            i.operation_key: i for i in run.interactions.all()
+            i.operation_key: i for i in run.interactions.select_related("work", "receipt")
         }
         # What every model request of this turn shares (tool schemas and digests): built once.
         self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
@@ -536,11 +547,13 @@ class _Turn:
 
     def _tool_call(self, agent: Agent, step: int, use: ToolUseBlock) -> dict[str, Any]:
         key = f"step-{step}/tool/{use.id}"
-        saved_input = {"tool": use.name, "arguments": use.input}
+        interaction = self.interactions.get(key)
+        edit = _edit(interaction)
+        saved_input = _saved_tool_input(use, edit)
         input_hash = digest(saved_input)
         op = self._replayable(key, saved_input, input_hash)
         if op is not None and op.status in (OperationStatus.COMPLETED, OperationStatus.REJECTED):
-            return tool_result_block(use.id, op.result, op.is_error)
+            return _result_block(use.id, op.result, op.is_error, edit)
 
         tool = agent.tool_named(use.name)
         args = validate_input(tool, use.input) if tool else f"unknown tool {use.name!r}"
@@ -561,8 +574,11 @@ class _Turn:
             return tool_result_block(use.id, result, True)
         policy = agent.policy_for(tool)
 
-        if tool.is_question or tool.needs_approval(args):
-            decided = self._decision(tool, key, args)
+        # Whether a call needs a person is decided once, before its intent: an interaction
+        # already asked stays the answer, and a rule added after the intent changes nothing.
+        ask = self._asks(agent, tool, args, interaction, op)
+        if tool.is_question or interaction is not None or ask is not None:
+            decided = self._decision(tool, key, args, ask)
             if decided is not None:
                 result, status, is_error = decided
                 store.record(
@@ -577,6 +593,8 @@ class _Turn:
                     is_error=is_error,
                 )
                 return tool_result_block(use.id, result, is_error)
+            if interaction is not None:
+                args = self._checked_receipt(agent, tool, interaction, key)
 
         rerun = ""
         if op is not None and op.status == OperationStatus.NOT_RUN:
@@ -601,24 +619,33 @@ class _Turn:
                 store.write_outcome(
                     self.run, op, status=OperationStatus.COMPLETED, result=durability, is_error=True
                 )
-                return tool_result_block(use.id, durability, True)
+                return _result_block(use.id, durability, True, edit)
             # safe and idempotent: run again, with the same operation id, within a budget.
             attempts = store.intents_since_a_person_acted(self.run, key)
             if attempts >= operation_attempts():
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
         faults.reach("before_intent", self.run, key, tool.name)
-        op = store.write_intent(
-            self.run,
-            op,
-            key=key,
-            kind=OperationKind.TOOL,
-            name=tool.name,
-            policy=policy,
-            input=saved_input,
-            input_hash=input_hash,
-            rerun=rerun,
-        )
+        with transaction.atomic():
+            # The approval's receipt is used by this intent, atomically: once, by this call.
+            if (
+                op is None
+                and interaction is not None
+                and _receipt(interaction) is not None
+                and not approval_store.use_receipt(interaction.pk, clock.now())
+            ):
+                self._block_receipt(key, "this approval was used already", [])
+            op = store.write_intent(
+                self.run,
+                op,
+                key=key,
+                kind=OperationKind.TOOL,
+                name=tool.name,
+                policy=policy,
+                input=saved_input,
+                input_hash=input_hash,
+                rerun=rerun,
+            )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
         with tracing.tool_span(self.run, op) as span:
@@ -629,7 +656,7 @@ class _Turn:
             self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=is_error
         )
         faults.reach("after_outcome", self.run, key, tool.name)
-        return tool_result_block(use.id, result, is_error)
+        return _result_block(use.id, result, is_error, edit)
 
     def _invoke(self, tool: Tool, args: BaseModel, op: Operation) -> tuple[Any, bool]:
         """Run the handler; an exception it raises is an outcome the model sees."""
@@ -649,7 +676,9 @@ class _Turn:
         except Exception as exc:
             return {"error": str(exc) or type(exc).__name__, "type": type(exc).__name__}, True
 
-    def _decision(self, tool: Tool, key: str, args: BaseModel) -> tuple[Any, str, bool] | None:
+    def _decision(
+        self, tool: Tool, key: str, args: BaseModel, ask: Policy | None
+    ) -> tuple[Any, str, bool] | None:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
@@ -660,8 +689,14 @@ class _Turn:
                     InteractionKind.TOOL_APPROVAL,
                     {"arguments": args.model_dump(mode="json")},
                 )
-            store.request_interaction(
-                self.run, key=key, kind=kind, tool_name=tool.name, payload=payload
+            approval_store.request(
+                self.run,
+                key=key,
+                kind=kind,
+                tool_name=tool.name,
+                payload=payload,
+                policy=ask or QUESTION,
+                expiring_seconds=float(settings.AGENTOPS_APPROVAL_EXPIRING_SECONDS),
             )
             raise _Stop
         if interaction.status != InteractionStatus.ANSWERED:
@@ -683,6 +718,110 @@ class _Turn:
             }
             return rejection, OperationStatus.REJECTED, True
         return None
+
+    # --- approval policy ------------------------------------------------------------------------
+
+    def _asks(
+        self,
+        agent: Agent,
+        tool: Tool,
+        args: BaseModel,
+        interaction: Interaction | None,
+        op: Operation | None,
+    ) -> Policy | None:
+        """The policy under which a call not asked yet must ask a person, or None."""
+        if interaction is not None or tool.is_question:
+            return None
+        if op is not None and not tool.needs_approval(args):
+            return None
+        return policy_for(agent, tool, args)
+
+    def _checked_receipt(
+        self, agent: Agent, tool: Tool, interaction: Interaction, key: str
+    ) -> BaseModel:
+        """The arguments to run for an approved call, after recomputing its receipt over what is
+        about to run: a difference (arguments, code, rule, approvers) blocks the run, naming it.
+        A call approved before receipts existed runs with its proposed arguments."""
+        saved = _receipt(interaction)
+        item = _item(interaction)
+        try:
+            current = receipt(self.run, agent, interaction, item)
+        except ValueError as exc:
+            self._block_receipt(key, str(exc), [])
+            raise  # unreachable: _block_receipt stops the turn
+        if saved is not None:
+            differences = receipt_differences(saved.contents, current)
+            if differences or digest(current) != saved.digest:
+                named = ", ".join(d["part"] for d in differences) or "the digest"
+                self._block_receipt(
+                    key,
+                    f"what is about to run differs from what was approved: {named}",
+                    differences,
+                )
+        return tool.input_model.model_validate(current["arguments"])
+
+    def _block_receipt(self, key: str, message: str, differences: list[dict[str, Any]]) -> None:
+        self._block(
+            AttentionReason.RECEIPT_MISMATCH,
+            {
+                "message": f"{message}. The call was not run; cancel the run, or ask for the "
+                "call again in a new run.",
+                "differences": differences,
+                "operation": key,
+            },
+            key=key,
+        )
+
+
+def _item(interaction: Interaction | None) -> WorkItem | None:
+    try:
+        return interaction.work if interaction is not None else None
+    except WorkItem.DoesNotExist:
+        return None
+
+
+def _receipt(interaction: Interaction) -> ApprovalReceipt | None:
+    try:
+        return interaction.receipt
+    except ApprovalReceipt.DoesNotExist:
+        return None
+
+
+def _edit(interaction: Interaction | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """For an approved call whose arguments an approver edited: (the edited arguments, the
+    changed fields); None otherwise."""
+    item = _item(interaction)
+    if interaction is None or item is None or item.arguments is None:
+        return None
+    if interaction.status != InteractionStatus.ANSWERED or not (interaction.response or {}).get(
+        "approved"
+    ):
+        return None
+    proposed = interaction.payload.get("arguments", {})
+    return dict(item.arguments), changes(proposed, item.arguments)
+
+
+def _saved_tool_input(
+    use: ToolUseBlock, edit: tuple[dict[str, Any], dict[str, Any]] | None
+) -> dict[str, Any]:
+    saved: dict[str, Any] = {"tool": use.name, "arguments": use.input}
+    if edit is not None:
+        # An approver edited the arguments: the call runs with these (the model's proposal
+        # stays in "arguments", so the log shows both).
+        saved["executed_arguments"] = edit[0]
+    return saved
+
+
+def _result_block(
+    tool_use_id: str,
+    result: Any,
+    is_error: bool,
+    edit: tuple[dict[str, Any], dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The tool result the model sees; for an edited call, with what the operator changed."""
+    if edit is not None:
+        result = edited_result(result, edit[1])
+    return tool_result_block(tool_use_id, result, is_error)
 
 
 def _op_id(run: Run, key: str) -> str:
