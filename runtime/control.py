@@ -336,10 +336,8 @@ def _approve(
         )
     run = interaction.run
     agent = registry.code_agent(run.agent, run.version)
-    if agent is None:
-        raise ApprovalRefused(f"the code of {run.agent} {run.version} is gone; restore it first")
     try:
-        contents = policy.receipt(run, agent, interaction, item)
+        contents = policy.receipt(run, agent, interaction, item, fingerprint=run.fingerprint)
     except ValueError as exc:
         raise ApprovalRefused(str(exc)) from None
     approved_sha = digest(contents["arguments"])

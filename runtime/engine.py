@@ -98,6 +98,10 @@ class _Stop(Exception):
     """The run was moved out of `running` (done, failed, waiting, blocked); stop the loop."""
 
 
+class _ReceiptUsed(Exception):
+    """An approval's receipt was used by an intent already: its transaction is rolled back."""
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
@@ -626,26 +630,29 @@ class _Turn:
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
         faults.reach("before_intent", self.run, key, tool.name)
-        with transaction.atomic():
-            # The approval's receipt is used by this intent, atomically: once, by this call.
-            if (
-                op is None
-                and interaction is not None
-                and _receipt(interaction) is not None
-                and not approval_store.use_receipt(interaction.pk, clock.now())
-            ):
-                self._block_receipt(key, "this approval was used already", [])
-            op = store.write_intent(
-                self.run,
-                op,
-                key=key,
-                kind=OperationKind.TOOL,
-                name=tool.name,
-                policy=policy,
-                input=saved_input,
-                input_hash=input_hash,
-                rerun=rerun,
-            )
+        try:
+            with transaction.atomic():
+                # The approval's receipt is used by this intent, atomically: once, by this call.
+                if (
+                    op is None
+                    and interaction is not None
+                    and _receipt(interaction) is not None
+                    and not approval_store.use_receipt(interaction.pk, clock.now())
+                ):
+                    raise _ReceiptUsed
+                op = store.write_intent(
+                    self.run,
+                    op,
+                    key=key,
+                    kind=OperationKind.TOOL,
+                    name=tool.name,
+                    policy=policy,
+                    input=saved_input,
+                    input_hash=input_hash,
+                    rerun=rerun,
+                )
+        except _ReceiptUsed:
+            self._block_receipt(key, "this approval was used already", [])
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
         with tracing.tool_span(self.run, op) as span:
@@ -745,7 +752,7 @@ class _Turn:
         saved = _receipt(interaction)
         item = _item(interaction)
         try:
-            current = receipt(self.run, agent, interaction, item)
+            current = receipt(self.run, agent, interaction, item, fingerprint=agent.fingerprint)
         except ValueError as exc:
             self._block_receipt(key, str(exc), [])
             raise  # unreachable: _block_receipt stops the turn

@@ -352,27 +352,38 @@ def approvers(interaction: Interaction, arguments_sha256: str) -> list[str]:
 
 
 def receipt(
-    run: Run, agent: Agent, interaction: Interaction, item: WorkItem | None
+    run: Run,
+    agent: Agent | None,
+    interaction: Interaction,
+    item: WorkItem | None,
+    *,
+    fingerprint: str,
 ) -> dict[str, Any]:
     """What a receipt's digest covers, computed from the code and the database as they are now.
 
+    `fingerprint` is the agent's: when approving, the run's (what the approver saw asking);
+    before the call, the code's that is about to run it. The arguments are validated by the
+    tool's input model; without the code (an approval while the version is out of the code)
+    they are taken as stored, which is as the code validated them when they were written.
     Raises ValueError when the arguments no longer validate under the tool's input schema.
     """
-    tool = agent.tool_named(interaction.tool_name)
-    if tool is None:
+    arguments = current_arguments(interaction, item)
+    tool = agent.tool_named(interaction.tool_name) if agent is not None else None
+    if agent is not None and tool is None:
         raise ValueError(
             f"the code of {run.agent} {run.version} has no tool {interaction.tool_name}"
         )
-    try:
-        arguments = validated(tool, current_arguments(interaction, item))
-    except ValidationError as exc:
-        raise ValueError(f"the approved arguments no longer validate: {exc}") from None
+    if tool is not None:
+        try:
+            arguments = validated(tool, arguments)
+        except ValidationError as exc:
+            raise ValueError(f"the approved arguments no longer validate: {exc}") from None
     return {
-        "tool": tool.name,
+        "tool": interaction.tool_name,
         "arguments": arguments,
-        "agent": agent.name,
-        "version": agent.version,
-        "fingerprint": agent.fingerprint,
+        "agent": run.agent,
+        "version": run.version,
+        "fingerprint": fingerprint,
         "rule": item.policy if item is not None else {},
         "approvers": approvers(interaction, digest(arguments)),
     }
