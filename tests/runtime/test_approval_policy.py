@@ -9,9 +9,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from pydantic import BaseModel, field_validator
 
-from runtime import ToolContext, respond, submit, tool
+from runtime import ToolContext, respond, submit, tool, work
 from runtime import conditions as conds
-from runtime import work
 from runtime.clock import frozen
 from runtime.errors import (
     ApprovalRefused,
@@ -67,7 +66,7 @@ def nothing_changed(interaction, events_before):
     assert Event.objects.count() == events_before
 
 
-# --- rules: matching, the code floor ---------------------------------------------------------------
+# --- rules: matching, the code floor -------------------------------------------------------------
 
 
 def test_a_rule_makes_a_call_over_its_threshold_wait_and_says_why(define, groups, effects):
@@ -109,7 +108,7 @@ def test_a_disabled_rule_does_not_apply(define, groups, effects):
     assert run_until_idle(submit(agent.name, "go", actor="otto").pk).status == "completed"
 
 
-# --- rules checked when saved ------------------------------------------------------------------------
+# --- rules checked when saved --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -176,12 +175,12 @@ def test_an_evaluation_over_its_budget_fails_closed(define, groups, monkeypatch,
     define(make_agent([]), register_them=False)
     rule(condition={"in": [{"var": "order_id"}, [f"id{i}" for i in range(200)]]})
     monkeypatch.setattr(conds, "BUDGET", 1)
-    run, interaction = waiting(define, SMALL)
+    _run, interaction = waiting(define, SMALL)
     assert "could not be evaluated" in interaction.work.policy["why"]
     assert effects.total == 0
 
 
-# --- who may decide -------------------------------------------------------------------------------
+# --- who may decide ------------------------------------------------------------------------------
 
 
 def test_a_quorum_of_two_runs_the_call_once_the_second_approves(define, groups, effects):
@@ -259,7 +258,7 @@ def test_a_high_risk_approval_needs_a_recent_sign_in(define, groups):
     assert interaction.status == InteractionStatus.ANSWERED
 
 
-# --- expiry and escalation -------------------------------------------------------------------------
+# --- expiry and escalation -----------------------------------------------------------------------
 
 
 def test_expiry_rejects_once_with_the_rule_s_reason(define, groups, effects):
@@ -320,7 +319,7 @@ def test_a_timer_of_a_decided_item_fires_without_effect(define, groups):
     define(make_agent([]), register_them=False)
     rule(condition=OVER_1000, seconds={"expires_after": 60}, expiry_reason="late")
     with frozen() as clock:
-        run, interaction = waiting(define)
+        _run, interaction = waiting(define)
         approve(interaction, "ann")
         clock.advance(61)
         assert work.fire_due_timers() == 2
@@ -329,7 +328,7 @@ def test_a_timer_of_a_decided_item_fires_without_effect(define, groups):
     assert interaction.response == {"approved": True, "reason": ""}
 
 
-# --- receipts ----------------------------------------------------------------------------------------
+# --- receipts ------------------------------------------------------------------------------------
 
 
 class Amount(BaseModel):
@@ -395,7 +394,7 @@ def test_an_approval_is_used_once(define, groups, effects):
     assert effects.total == 0
 
 
-# --- edit before approving ---------------------------------------------------------------------------
+# --- edit before approving -----------------------------------------------------------------------
 
 
 def test_an_edit_runs_and_the_model_is_told_exactly_what_changed(define, groups, effects):
@@ -417,7 +416,8 @@ def test_an_edit_runs_and_the_model_is_told_exactly_what_changed(define, groups,
     }
     assert "amount_cents" in told["note"]
     assert told["result"] == op.result
-    assert ApprovalReceipt.objects.get(pk=interaction.pk).contents["arguments"]["amount_cents"] == 3000
+    receipt = ApprovalReceipt.objects.get(pk=interaction.pk)
+    assert receipt.contents["arguments"]["amount_cents"] == 3000
 
 
 def test_a_bad_edit_is_refused_with_the_schema_s_reason(define, groups):
@@ -458,7 +458,7 @@ def test_with_four_eyes_an_edit_needs_another_person_and_voids_earlier_approvals
     assert ApprovalReceipt.objects.get(pk=interaction.pk).contents["approvers"] == ["ben", "cat"]
 
 
-# --- the queue ----------------------------------------------------------------------------------------
+# --- the queue -----------------------------------------------------------------------------------
 
 
 def test_a_claim_shows_who_is_on_it_lapses_and_can_be_released(define, groups, settings):
@@ -476,7 +476,9 @@ def test_a_claim_shows_who_is_on_it_lapses_and_can_be_released(define, groups, s
         assert work.claim(interaction.pk, actor="ben").claimed_by == "ben"
         work.release(interaction.pk, actor="ben")
         assert work.claim(interaction.pk, actor="cat").claimed_by == "cat"
-    kinds = list(Event.objects.filter(run=run, kind__startswith="item_").values_list("kind", "actor"))
+    kinds = list(
+        Event.objects.filter(run=run, kind__startswith="item_").values_list("kind", "actor")
+    )
     assert kinds == [
         ("item_claimed", "ann"),
         ("item_claimed", "ben"),
