@@ -3,7 +3,17 @@
 Public surface; everything else in this package is internal.
 """
 
-from runtime.agents import Agent, ModelRetry, Recovery, Tool, ToolContext, ask_operator, tool
+from runtime.agents import (
+    Agent,
+    ModelRetry,
+    Money,
+    Presentation,
+    Recovery,
+    Tool,
+    ToolContext,
+    ask_operator,
+    tool,
+)
 from runtime.control import cancel, list_runs, resolve, respond, resume, retry, submit
 from runtime.engine import advance
 from runtime.errors import (
@@ -36,8 +46,10 @@ __all__ = [
     "LeaseLost",
     "ModelError",
     "ModelRetry",
+    "Money",
     "NotBlocked",
     "NotFound",
+    "Presentation",
     "Recovery",
     "RegistrationError",
     "RetryRejected",
