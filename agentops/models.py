@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -354,3 +355,19 @@ class Event(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise TypeError("events are append-only: they cannot be deleted")
+
+
+class OperatorProfile(models.Model):
+    """A person's console settings (not run data: the console writes it, not the runtime)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="operator_profile",
+    )
+    # An IANA time zone ("Europe/Paris"); empty: the browser's own.
+    time_zone = models.CharField(max_length=64, blank=True)
+
+    def __str__(self) -> str:
+        return f"settings of {self.user_id}"

@@ -25,6 +25,8 @@ RESPOND = "agentops.respond_run"
 RESOLVE = "agentops.resolve_run"
 CONTROL = "agentops.control_run"
 
+NOTICE = "agentops/partials/notice.html"
+
 V = TypeVar("V", bound=Callable[..., HttpResponse])
 
 
@@ -71,10 +73,19 @@ def reply(
     oob: Iterable[str] = (),
     status: int = 200,
 ) -> HttpResponse:
-    """The fragment (and `oob` fragments, swapped out of band) for htmx, else the whole page."""
+    """The fragment (and `oob` fragments, swapped out of band) for htmx, else the whole page.
+
+    An action's notice goes to the page's notice area, out of band: the live push that follows
+    the action re-renders the fragment, and would take a notice inside it away at once.
+    """
     if request.htmx:
-        html = render_to_string(fragment, context, request)
-        html += "".join(render_to_string(name, {**context, "oob": True}, request) for name in oob)
+        notice = context.get("notice", "")
+        fragment_context = {**context, "notice": ""}
+        html = render_to_string(fragment, fragment_context, request)
+        html += "".join(
+            render_to_string(name, {**fragment_context, "oob": True}, request) for name in oob
+        )
+        html += render_to_string(NOTICE, {"notice": notice, "oob": True}, request)
         response = HttpResponse(html, status=status)
     else:
         response = render(request, page_template, context, status=status)
