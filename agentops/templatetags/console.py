@@ -68,9 +68,9 @@ def reveal(value: Any) -> SafeString:
         parts.append(escape(text[last : found.start()]))
         parts.append(
             format_html(
-                '<span class="hidden-char" title="{}">U+{:04X}</span>',
+                '<span class="hidden-char" title="{}">{}</span>',
                 INVISIBLE[char],
-                ord(char),
+                f"U+{ord(char):04X}",
             )
         )
         last = found.end()
