@@ -145,16 +145,24 @@ def _text_of(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, sort_keys=True)
 
 
-def conversation_sources(run: Run, messages: Sequence[dict[str, Any]]) -> list[Source]:
+def conversation_sources(
+    run: Run, messages: Sequence[dict[str, Any]], call_id: str = ""
+) -> list[Source]:
     """The customer's messages, the operator's answers and the tool results, before the call.
 
-    `messages` is the run's own transcript so far; the session's earlier runs come first.
+    `messages` is the run's own transcript; the session's earlier runs come first. Nothing from
+    the model response that made the call `call_id` (a tool_use id) on counts: a value cannot
+    come from what followed it.
     """
     sources: list[Source] = []
     names: dict[str, str] = {}
     questions: dict[str, str] = {}
     for message in [*session_history(run), *messages]:
         content = message.get("content")
+        if call_id and isinstance(content, list):
+            ids = {b.get("id") for b in content if isinstance(b, dict)}
+            if call_id in ids:
+                break
         if message.get("role") == "user" and isinstance(content, str):
             sources.append(Source("the customer's message", content))
             continue

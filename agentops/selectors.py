@@ -470,9 +470,14 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
         "transcript": transcript,
         "is_approval": is_approval,
         "arguments": decisions.arguments(
-            tool, arguments, decisions.conversation_sources(run, transcript)
+            tool,
+            arguments,
+            decisions.conversation_sources(
+                run, transcript, interaction.operation_key.rpartition("/")[2]
+            ),
         ),
-        "facts": decisions.facts(tool, arguments) if is_approval else None,
+        # Fetched while the decision is open: once made, "after this refund" is history.
+        "facts": decisions.facts(tool, arguments) if is_approval and pending else None,
         "subject": decisions.subject_of(tool, arguments) if is_approval else "",
         "related": decisions.related_calls([interaction]).get(interaction.pk, []),
         "high_risk": is_approval and pending and decisions.is_high_risk(tool, arguments),

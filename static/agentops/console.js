@@ -139,25 +139,34 @@
     return !active || active === document.body || !document.body.contains(active);
   }
 
-  function restoreFocus(within) {
+  // Where focus goes when it was lost: the element that had it, else the page's most specific
+  // landing place (the last one marked: a decision's outcome or an error, after the heading).
+  function restoreFocus() {
     if (!focusLost()) return;
     var again = lastFocused && document.getElementById(lastFocused);
-    var target = again || (within && within.querySelector && within.querySelector("[data-focus]")) ||
-      document.querySelector("[data-focus]");
+    var marked = document.querySelectorAll("[data-focus]");
+    var target = again || marked[marked.length - 1];
     if (target) target.focus();
   }
 
+  // After a person's action (a request htmx sent), focus what it produced: the decision or
+  // the error, wherever focus was (a shortcut leaves it on the heading).
+  var acted = false;
+  document.addEventListener("htmx:beforeRequest", function () { acted = true; });
   document.addEventListener("htmx:afterSettle", function (event) {
     tick();
-    // After an action, focus what it produced (the decision, an error), not the old button.
     var produced = event.detail.elt && event.detail.elt.querySelector &&
       event.detail.elt.querySelector("[data-focus]");
-    if (produced && focusLost()) produced.focus();
-    else restoreFocus(event.detail.elt);
+    if (acted && produced) {
+      acted = false;
+      produced.focus();
+    } else {
+      restoreFocus();
+    }
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     tick();
-    restoreFocus(null);
+    restoreFocus();
   });
 
   // --- keyboard ---------------------------------------------------------------------------

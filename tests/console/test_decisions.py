@@ -195,3 +195,15 @@ def test_it_builds_the_inbox_with_related_calls_in_a_fixed_number_of_queries(
 # related interactions and their operations, the facts (the order, the refunds sum), last event.
 DECISION_QUERIES = 12
 INBOX_QUERIES = 13
+
+
+def test_it_traces_arguments_to_what_came_before_the_call_only(desk, as_user):
+    approval = refund_waiting("Please refund $20 of order 1003.")
+    respond(approval.pk, {"approved": True, "reason": ""}, actor="approver")
+    run_until_idle(approval.run_id)
+    shown = text(page(as_user("approver"), approval))
+    # The refund's own result (and the final answer) repeat the amount: they do not count.
+    assert "the result of refund_order" not in shown
+    assert "$20.00 2000 in the customer's message" in shown
+    # The facts are fetched while the decision is open only: afterwards they would be history.
+    assert "The facts" not in shown
