@@ -125,6 +125,23 @@
     setStatus("offline", "closed");
   });
 
+  // An action's notice (an event of its answer) moves from the fragment to the page's notice
+  // area, which no live update replaces.
+  document.addEventListener("agentops:notice", function (event) {
+    var area = document.getElementById("notice");
+    if (!area) return;
+    document.querySelectorAll("main .notice").forEach(function (el) {
+      if (!area.contains(el)) el.remove();
+    });
+    area.textContent = "";
+    if (event.detail && event.detail.value) {
+      var p = document.createElement("p");
+      p.className = "notice";
+      p.textContent = event.detail.value;
+      area.appendChild(p);
+    }
+  });
+
   // --- focus ------------------------------------------------------------------------------
 
   // The element (by id) that last had focus: a live re-render replaces it with an equal one,
@@ -139,30 +156,37 @@
     return !active || active === document.body || !document.body.contains(active);
   }
 
-  // Where focus goes when it was lost: the element that had it, else the page's most specific
-  // landing place (the last one marked: a decision's outcome or an error, after the heading).
+  // The page's most specific landing place: the last one marked (a decision's outcome or an
+  // error comes after the heading).
+  function lastMarked() {
+    var marked = document.querySelectorAll("[data-focus]");
+    return marked[marked.length - 1];
+  }
+
+  // Where focus goes when it was lost: the element that had it, else the landing place.
   function restoreFocus() {
     if (!focusLost()) return;
-    var again = lastFocused && document.getElementById(lastFocused);
-    var marked = document.querySelectorAll("[data-focus]");
-    var target = again || marked[marked.length - 1];
+    var target = (lastFocused && document.getElementById(lastFocused)) || lastMarked();
     if (target) target.focus();
   }
 
   // After a person's action (a request htmx sent), focus what it produced: the decision or
-  // the error, wherever focus was (a shortcut leaves it on the heading).
+  // the error, wherever focus was (a shortcut leaves it on the heading). The live push of the
+  // same change may have landed first and replaced what the answer was swapped into: then
+  // what it produced is the page's landing place.
   var acted = false;
   document.addEventListener("htmx:beforeRequest", function () { acted = true; });
   document.addEventListener("htmx:afterSettle", function (event) {
     tick();
+    if (!acted) {
+      restoreFocus();
+      return;
+    }
+    acted = false;
     var produced = event.detail.elt && event.detail.elt.querySelector &&
       event.detail.elt.querySelector("[data-focus]");
-    if (acted && produced) {
-      acted = false;
-      produced.focus();
-    } else {
-      restoreFocus();
-    }
+    var target = produced && document.body.contains(produced) ? produced : lastMarked();
+    if (target) target.focus();
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     tick();

@@ -60,6 +60,12 @@ def test_it_approves_from_the_inbox_in_two_keystrokes(desk, people, stack):
     assert "decided" in page.evaluate("document.activeElement.className")
     approval.refresh_from_db()
     assert approval.response == {"approved": True, "reason": ""}
+    # The notice stays in its own area through the live updates of the run going on.
+    desk.wait_status(approval.run, RunStatus.COMPLETED)
+    page.locator(".decided", has_text="Follow the run").wait_for()
+    notices = page.locator("main .notice")
+    assert notices.count() == 1
+    assert notices.inner_text() == "Approved refund_order: the run continues."
     alice.shot("approved-by-keyboard")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html import unescape
 
@@ -115,15 +116,15 @@ def test_it_shows_every_time_in_one_format(world, as_user):
     assert 'class="countdown-at"' in html  # the exact due time beside the countdown
 
 
-def test_it_puts_an_actions_notice_outside_the_fragment_a_live_push_replaces(world, as_user):
+def test_it_sends_an_actions_notice_for_the_area_a_live_push_leaves_alone(world, as_user):
     interaction = world.pending(world.run("waiting"))
     response = as_user("approver").post(
         f"/interactions/{interaction.pk}/respond/", {"decision": "approve"}, **htmx()
     )
-    html = response.content.decode()
-    fragment, _, notice = html.partition('<div id="notice"')
-    assert "Approved refund" not in fragment
-    assert 'hx-swap-oob="true"><p class="notice">Approved refund: the run continues.' in notice
+    assert "Approved refund: the run continues." in response.content.decode()
+    assert json.loads(response["HX-Trigger-After-Settle"]) == {
+        "agentops:notice": "Approved refund: the run continues."
+    }
 
 
 def test_it_finds_a_run_by_text_in_its_tool_arguments(world, as_user):
