@@ -480,6 +480,7 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
         "facts": decisions.facts(tool, arguments) if is_approval and pending else None,
         "subject": decisions.subject_of(tool, arguments) if is_approval else "",
         "related": decisions.related_calls([interaction]).get(interaction.pk, []),
+        "recent_days": decisions.RECENT_DAYS,
         "high_risk": is_approval and pending and decisions.is_high_risk(tool, arguments),
     }
 

@@ -84,7 +84,7 @@ class Seeded:
             "INSERT INTO agentops_run (id, session_id, seq, agent, version, fingerprint, status, "
             "  input, output, error, transcript, attention_reason, attention_detail, "
             "  blocked_operation, lease_owner, lease_expires_at, fence, steps, next_attempt_at, "
-            "  created_at, updated_at, finished_at) "
+            "  error_kind, crashed_claims, last_crash, created_at, updated_at, finished_at) "
             "SELECT md5('r' || g)::uuid, md5('s' || g)::uuid, 1, 'bench', '1', %(fingerprint)s, "
             f"  {STATUS_OF}, 'Where is order A-' || g || '?', "
             "  CASE WHEN g %% 10 >= 4 THEN 'It shipped.' ELSE '' END, "
@@ -93,7 +93,7 @@ class Seeded:
             "  CASE WHEN g %% 10 = 1 THEN "
             '    \'{"message": "bench version 1 is not registered", "differences": []}\' '
             "  ELSE '{}' END::jsonb, '', '', NULL, 1, 1, "
-            "  CASE WHEN g %% 10 = 2 THEN now() + interval '1 hour' END, "
+            "  CASE WHEN g %% 10 = 2 THEN now() + interval '1 hour' END, '', 0, '', "
             "  now() - make_interval(secs => %(last)s - g), "
             "  now() - make_interval(secs => %(last)s - g), "
             "  CASE WHEN g %% 10 >= 3 THEN now() - make_interval(secs => %(last)s - g) END "

@@ -100,7 +100,9 @@ def test_s_related_it_warns_of_another_refund_of_the_same_order(desk, as_user):
     shown = text(page(client, second))
     assert "⚠ 1 other call of refund_order on order 1003" in shown
     assert "amount_cents $20.00 waiting for approval" in shown
-    assert "No other call of refund_order on order 1004" in text(page(client, other))
+    alone = text(page(client, other))
+    assert "No other call of refund_order on order 1004" in alone
+    assert "None pending, and none in the last 30 days." in alone
 
     # Once the first is approved and made, the second's page says so.
     respond(first.pk, {"approved": True, "reason": ""}, actor="approver")
