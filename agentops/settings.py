@@ -107,6 +107,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "agentops.context.operator",
             ],
         },
     },
@@ -324,6 +325,8 @@ AXES_COOLOFF_TIME = _dt.timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINU
 # The pair, not the username alone: nobody can lock a colleague out from another machine.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# The lockout page: styled like the console, and saying for how long.
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 
 def _lockout_username(request: Any, credentials: dict[str, Any] | None) -> Any:
