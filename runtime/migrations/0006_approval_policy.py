@@ -26,7 +26,7 @@ def grant_edit(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agentops", "0004_runtime_edges"),
+        ("agentops", "0005_search_index"),
         ("auth", "0012_alter_user_first_name_max_length"),
     ]
 
