@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from agentops.views import audit, control, inbox, interactions, profile, reconcile, runs
+from agentops.views import audit, control, inbox, interactions, profile, reconcile, runs, work
 
 app_name = "console"
 urlpatterns = [
@@ -15,6 +15,10 @@ urlpatterns = [
     path("runs/<uuid:run_id>/resolve/", reconcile.resolve, name="resolve"),
     path("interactions/<uuid:interaction_id>/", interactions.interaction, name="interaction"),
     path("interactions/<uuid:interaction_id>/respond/", interactions.respond, name="respond"),
+    path("interactions/<uuid:interaction_id>/claim/", work.claim, name="claim"),
+    path("interactions/<uuid:interaction_id>/release/", work.release, name="release"),
+    path("interactions/<uuid:interaction_id>/assign/", work.assign, name="assign"),
+    path("interactions/<uuid:interaction_id>/edit/", work.edit, name="edit"),
     path("audit/", audit.audit, name="audit"),
     path("profile/", profile.profile, name="profile"),
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -12,8 +11,9 @@ from django.urls import reverse
 
 from agentops import decisions, selectors
 from agentops.forms import AnswerForm, ApprovalForm
-from agentops.views.common import RESPOND, action, actor, error_status, live, page, reply
+from agentops.views.common import RESPOND, action, actor, error_status, page, reply
 from agentops.views.fragments import INTERACTION
+from agentops.views.work import context, reauth_fresh, reauthenticate
 from runtime import control
 from runtime.errors import AgentOpsError
 from runtime.models import Interaction, InteractionKind
@@ -21,7 +21,8 @@ from runtime.models import Interaction, InteractionKind
 
 def _fetch(interaction_id: uuid.UUID) -> Interaction:
     return get_object_or_404(
-        Interaction.objects.select_related("run", "run__session"), pk=interaction_id
+        Interaction.objects.select_related("run", "run__session", "work", "receipt"),
+        pk=interaction_id,
     )
 
 
@@ -29,16 +30,10 @@ def _form_class(interaction: Interaction) -> type[ApprovalForm] | type[AnswerFor
     return ApprovalForm if interaction.kind == InteractionKind.TOOL_APPROVAL else AnswerForm
 
 
-def _context(interaction: Interaction, **extra: Any) -> dict[str, Any]:
-    context = live(f"/ws/interactions/{interaction.pk}/")
-    context.update(selectors.interaction_detail(interaction), **extra)
-    return context
-
-
 @page
 def interaction(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
-    return render(request, "agentops/interaction.html", _context(found))
+    return render(request, "agentops/interaction.html", context(request, found))
 
 
 def _done(found: Interaction, user: str) -> str:
@@ -69,9 +64,17 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
         if decisions.is_high_risk(tool, (found.payload or {}).get("arguments")):
             form.require_confirmation()
     status, notice = 400, ""
+    password = request.POST.get("password", "")
+    if password and not reauthenticate(request, password):
+        form.add_error(None, "The password is not right: the approval was not recorded.")
     if form.is_valid():
         try:
-            found = control.respond(found.pk, form.response(), actor=actor(request))
+            found = control.respond(
+                found.pk,
+                form.response(),
+                actor=actor(request),
+                reauthenticated=reauth_fresh(request),
+            )
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
@@ -93,6 +96,6 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
         request,
         page_template="agentops/interaction.html",
         fragment=INTERACTION,
-        context=_context(found, form=form, notice=notice),
+        context=context(request, found, form=form, notice=notice),
         status=status,
     )
