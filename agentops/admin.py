@@ -27,19 +27,23 @@ from django.utils.safestring import SafeString
 
 from agentops.templatetags.console import reveal
 from agentops.views.versions import differences
-from runtime import registry
+from runtime import conditions, registry
 from runtime.agents import Agent, spec_differences
 from runtime.errors import DurableConflictError, RegistrationError
 from runtime.models import (
     UNFINISHED_STATUSES,
     AgentVersion,
+    ApprovalReceipt,
+    ApprovalRule,
     AttentionReason,
     Event,
     Interaction,
     Operation,
     Run,
     Session,
+    WorkItem,
 )
+from runtime.policy import describe
 
 MANAGE_VERSIONS = "agentops.manage_agentversion"
 REGISTER, UNREGISTER = "register", "unregister"
@@ -550,3 +554,61 @@ class EventAdmin(ReadOnlyAdmin):
     # The event_actor index serves an exact actor search; ?kind=… filters by URL.
     search_fields = ("=actor",)
     ordering = ("-id",)
+
+
+# --- approval policy ---------------------------------------------------------------------------
+
+
+@admin.register(ApprovalRule)
+class ApprovalRuleAdmin(admin.ModelAdmin):
+    """Approval rules: data the engine applies to the next calls (a saved rule is validated
+    against the tool's input schema; calls already waiting keep the policy they asked under)."""
+
+    list_display = ("name", "agent", "tool", "condition_text", "quorum", "enabled", "priority")
+    list_filter = ("enabled", "agent", "tool", "four_eyes", "high_risk")
+    ordering = ("agent", "tool", "priority", "pk")
+    search_fields = ("name", "agent", "tool")
+    fieldsets = (
+        (None, {"fields": ("name", "description", "enabled", "priority")}),
+        ("Which calls", {"fields": ("agent", "tool", "condition")}),
+        ("Who decides", {"fields": ("approver_group", "quorum", "four_eyes", "high_risk")}),
+        (
+            "Time",
+            {
+                "fields": (
+                    "expires_after",
+                    "on_expiry",
+                    "expiry_reason",
+                    "escalate_after",
+                    "escalation_group",
+                )
+            },
+        ),
+    )
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.base_fields["condition"].help_text = (
+            'JSON Logic over the arguments, e.g. {">": [{"var": "amount_cents"}, 50000]}; '
+            "{} matches every call. Operators: " + ", ".join(sorted(conditions.OPERATORS))
+        )
+        return form
+
+    @admin.display(description="condition")
+    def condition_text(self, rule: ApprovalRule) -> str:
+        return "every call" if rule.condition == {} else describe(rule.condition)
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(ReadOnlyAdmin):
+    list_display = ("interaction_id", "rule", "claimed_by", "assigned_to", "flagged", "decided_at")
+    list_filter = ("flagged",)
+    ordering = ("-created_at",)
+
+
+@admin.register(ApprovalReceipt)
+class ApprovalReceiptAdmin(ReadOnlyAdmin):
+    list_display = ("interaction_id", "digest", "created_at", "used_at")
+    ordering = ("-created_at",)

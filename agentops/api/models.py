@@ -28,6 +28,9 @@ class Scope(models.TextChoices):
     READ = "read", "Read runs and interactions"
     SUBMIT = "submit", "Submit runs"
     RESPOND = "respond", "Approve, reject and answer"
+    # An approval under a rule that marks the call high-risk also needs this scope: the
+    # token's holder stands for a person who signed in again (the console asks the password).
+    RESPOND_HIGH_RISK = "respond_high_risk", "Approve calls a rule marks high-risk"
     RESOLVE = "resolve", "Reconcile uncertain operations"
     RETRY = "retry", "Retry runs"
     CANCEL = "cancel", "Cancel runs"
@@ -39,6 +42,7 @@ SCOPE_PERMISSIONS: dict[str, str] = {
     # The console starts no runs, so submitting has a permission of its own.
     Scope.SUBMIT: "api.submit_run",
     Scope.RESPOND: "agentops.respond_run",
+    Scope.RESPOND_HIGH_RISK: "agentops.respond_run",
     Scope.RESOLVE: "agentops.resolve_run",
     Scope.RETRY: "agentops.control_run",
     Scope.CANCEL: "agentops.control_run",
