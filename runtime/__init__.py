@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from runtime.errors import (
         AgentDefinitionError,
         AgentOpsError,
+        ApprovalRefused,
+        ClaimConflict,
         DurableConflictError,
         InteractionClosed,
         InteractionConflict,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
         ModelError,
         NotBlocked,
         NotFound,
+        ReauthenticationRequired,
         RegistrationError,
         RetryRejected,
         SessionBusy,
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     )
     from runtime.llm.anthropic import AnthropicModel
     from runtime.registry import register, unregister
+    from runtime.work import assign, claim, edit, release
 
 # The modules of the public names.
 _MODULES = {
@@ -73,6 +77,8 @@ _MODULES = {
     "runtime.errors": (
         "AgentDefinitionError",
         "AgentOpsError",
+        "ApprovalRefused",
+        "ClaimConflict",
         "DurableConflictError",
         "InteractionClosed",
         "InteractionConflict",
@@ -82,6 +88,7 @@ _MODULES = {
         "ModelError",
         "NotBlocked",
         "NotFound",
+        "ReauthenticationRequired",
         "RegistrationError",
         "RetryRejected",
         "SessionBusy",
@@ -99,6 +106,7 @@ _MODULES = {
     "runtime.engine": ("advance",),
     "runtime.control": ("cancel", "list_runs", "resolve", "respond", "resume", "retry", "submit"),
     "runtime.registry": ("register", "unregister"),
+    "runtime.work": ("assign", "claim", "edit", "release"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -117,7 +125,9 @@ __all__ = [
     "AgentDefinitionError",
     "AgentOpsError",
     "AnthropicModel",
+    "ApprovalRefused",
     "Cancelled",
+    "ClaimConflict",
     "DurableConflictError",
     "InteractionClosed",
     "InteractionConflict",
@@ -133,6 +143,7 @@ __all__ = [
     "NotBlocked",
     "NotFound",
     "Presentation",
+    "ReauthenticationRequired",
     "Recovery",
     "RegistrationError",
     "RetryRejected",
@@ -146,9 +157,13 @@ __all__ = [
     "Usage",
     "advance",
     "ask_operator",
+    "assign",
     "cancel",
+    "claim",
+    "edit",
     "list_runs",
     "register",
+    "release",
     "resolve",
     "respond",
     "resume",

@@ -20,7 +20,7 @@ import os
 import re
 import socket
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
@@ -296,7 +296,7 @@ class _Turn:
         store.transition(self.run, status, kind, data=data, finished_at=clock.now(), **fields)
         raise _Stop
 
-    def _block(self, reason: str, detail: dict[str, Any], key: str = "") -> None:
+    def _block(self, reason: str, detail: dict[str, Any], key: str = "") -> NoReturn:
         store.transition(
             self.run,
             RunStatus.NEEDS_ATTENTION,
@@ -755,7 +755,6 @@ class _Turn:
             current = receipt(self.run, agent, interaction, item, fingerprint=agent.fingerprint)
         except ValueError as exc:
             self._block_receipt(key, str(exc), [])
-            raise  # unreachable: _block_receipt stops the turn
         if saved is not None:
             differences = receipt_differences(saved.contents, current)
             if differences or digest(current) != saved.digest:
@@ -767,7 +766,7 @@ class _Turn:
                 )
         return tool.input_model.model_validate(current["arguments"])
 
-    def _block_receipt(self, key: str, message: str, differences: list[dict[str, Any]]) -> None:
+    def _block_receipt(self, key: str, message: str, differences: list[dict[str, Any]]) -> NoReturn:
         self._block(
             AttentionReason.RECEIPT_MISMATCH,
             {

@@ -68,7 +68,7 @@ def _answer(
         status, notice = error_status(exc), ""
         errors = [exc.message]
     else:
-        if not request.htmx:
+        if not getattr(request, "htmx", False):  # django_htmx's middleware sets it
             messages.success(request, done)
             return redirect("console:interaction", interaction_id=interaction.pk)
     interaction.refresh_from_db()
