@@ -19,7 +19,7 @@ from django.db.models.expressions import RawSQL
 
 from agentops import decisions, live, work
 from agentops.decisions import code_tool
-from runtime import clock, control, registry
+from runtime import clock, control, policy, registry
 from runtime.agents import Tool
 from runtime.models import (
     UNFINISHED_STATUSES,
@@ -472,6 +472,10 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
     transcript = run_messages(run, operations)
     is_approval = interaction.kind == InteractionKind.TOOL_APPROVAL
     arguments = (interaction.payload or {}).get("arguments") if is_approval else None
+    # What would run: an approver's edit, if any (the provenance table shows the proposal).
+    to_run = (
+        policy.current_arguments(interaction, work.item_of(interaction)) if is_approval else None
+    )
     pending = interaction.status == InteractionStatus.PENDING
     return {
         "interaction": interaction,
@@ -488,11 +492,11 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
             ),
         ),
         # Fetched while the decision is open: once made, "after this refund" is history.
-        "facts": decisions.facts(tool, arguments) if is_approval and pending else None,
+        "facts": decisions.facts(tool, to_run) if is_approval and pending else None,
         "subject": decisions.subject_of(tool, arguments) if is_approval else "",
         "related": decisions.related_calls([interaction]).get(interaction.pk, []),
         "recent_days": decisions.RECENT_DAYS,
-        "high_risk": is_approval and pending and decisions.is_high_risk(tool, arguments),
+        "high_risk": is_approval and pending and decisions.is_high_risk(tool, to_run),
         "work": work.policy_detail(interaction, tool, by_key.get(interaction.operation_key)),
     }
 

@@ -10,13 +10,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from agentops import decisions, selectors
+from agentops import work as queue
 from agentops.forms import AnswerForm, ApprovalForm
 from agentops.views.common import RESPOND, action, actor, error_status, page, reply
 from agentops.views.fragments import INTERACTION
 from agentops.views.work import context, reauth_fresh, reauthenticate
-from runtime import control
+from runtime import control, policy
 from runtime.errors import AgentOpsError
-from runtime.models import Interaction, InteractionKind
+from runtime.models import Interaction, InteractionKind, InteractionStatus
 
 
 def _fetch(interaction_id: uuid.UUID) -> Interaction:
@@ -38,6 +39,8 @@ def interaction(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse
 
 def _done(found: Interaction, user: str) -> str:
     response = found.response or {}
+    if found.status == InteractionStatus.PENDING:
+        return "Your approval is counted: the rule needs more approvers before the call runs."
     if found.responded_by != user:
         return f"Already answered by {found.responded_by}, the same way: nothing changed."
     if found.kind == InteractionKind.QUESTION:
@@ -61,7 +64,8 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
     form = _form_class(found)(request.POST)
     if isinstance(form, ApprovalForm):
         tool = decisions.code_tool(found.run, found.tool_name)
-        if decisions.is_high_risk(tool, (found.payload or {}).get("arguments")):
+        to_run = policy.current_arguments(found, queue.item_of(found))
+        if decisions.is_high_risk(tool, to_run):
             form.require_confirmation()
     status, notice = 400, ""
     password = request.POST.get("password", "")
