@@ -283,12 +283,13 @@ def respond(
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
             approval_store.decided(interaction, now)
             extra: dict[str, Any] = {}
+            if item is not None and item.policy.get("rule"):
+                # Time to decision per rule (the metrics) reads it from the event.
+                extra["rule"] = item.policy["rule"]
             if receipt is not None:
                 digest_, contents = receipt
                 approval_store.write_receipt(interaction, digest_, contents)
-                extra = {"approvers": contents["approvers"], "receipt": digest_}
-                if contents["rule"].get("rule"):
-                    extra["rule"] = contents["rule"]["rule"]
+                extra |= {"approvers": contents["approvers"], "receipt": digest_}
             if interaction.kind == InteractionKind.QUESTION:
                 kind = "question_answered"
             else:
