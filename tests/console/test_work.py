@@ -145,3 +145,15 @@ def test_the_api_needs_the_high_risk_scope_for_a_high_risk_approval(operators):
         path, {"approved": True}
     )
     assert strong.status_code == 200
+
+
+def test_the_run_page_and_the_audit_log_show_the_receipt(operators):
+    make_rule(quorum=2)
+    approval = refund_waiting(MESSAGE)
+    first, second = (logged_in(u) for u in operators)
+    first.post(f"/interactions/{approval.pk}/respond/", {"decision": "approve"})
+    second.post(f"/interactions/{approval.pk}/respond/", {"decision": "approve"})
+    receipt = WorkItem.objects.get(pk=approval.pk).interaction.receipt
+    expected = f"Receipt {receipt.digest[:16]}: approved by olga, operator under rule refunds."
+    assert expected in text(first.get(f"/runs/{approval.run_id}/").content)
+    assert expected in text(first.get("/audit/").content)
