@@ -169,7 +169,7 @@ class Records:
         run = store.claim(submit(scenario.bench_agent.name, "floor", actor="bench").pk, "floor")
         assert run is not None
         self.postgres = connection.vendor == "postgresql"
-        self.statements = store._STATEMENTS[(connection.vendor, True)]
+        self.statements = store.record_statements()
         if self.postgres:
             import psycopg
             from psycopg.types.json import Jsonb
@@ -242,7 +242,7 @@ class Records:
     def _sqlite(self, name: str, params: dict[str, Any]) -> int:
         cursor = self.conn.cursor()
         cursor.execute("BEGIN IMMEDIATE")
-        assert cursor.execute(self.statements["hold"], params).rowcount == 1
+        assert cursor.execute(self.statements["fence"], params).rowcount == 1
         operation_id = cursor.execute(self.statements[name], params).lastrowid
         cursor.execute(self.statements["event"], params)
         self.conn.commit()
