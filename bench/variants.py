@@ -177,7 +177,7 @@ class Records:
             self.conn: Any = psycopg.connect(options["url"], autocommit=True)
             run_id: Any = run.pk
             self.json: Any = Jsonb
-            later = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+            later: Any = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
             self.now: Any = dt.datetime.now(dt.UTC)
         else:
             import json
@@ -314,12 +314,12 @@ class AgentOps:
     def breakdown(self, runs: int) -> list[list[Any]]:
         """Where a run's time goes: wall time of the runtime's parts, per run (bench.profile)."""
         import time
-        from collections import Counter
+        from collections import Counter, defaultdict
 
         import runtime
         from runtime import engine, registry, store
 
-        spent: Counter[str] = Counter()
+        spent: defaultdict[str, float] = defaultdict(float)
         calls: Counter[str] = Counter()
         parts = [
             (runtime, "submit", "control.submit (lead)"),

@@ -66,6 +66,11 @@ def _get(model: type[M], pk: Any, *, lock: bool = False) -> M:
         raise NotFound(f"{model._meta.verbose_name} {str(pk)[:64]!r} does not exist") from None
 
 
+def _fresh(run_id: Any) -> Run:
+    """The run a verb changed, read after its commit, with its session: what the caller renders."""
+    return Run.objects.select_related("session").get(pk=run_id)
+
+
 def _get_run(run_id: Any) -> Run:
     return _get(Run, run_id)
 
@@ -260,7 +265,8 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
                 response=answer,
             )
             dispatch.enqueue_on_commit(interaction.run_id)
-    interaction.refresh_from_db()
+    # Fresh, with its run and session: what the caller renders, read once.
+    interaction = Interaction.objects.select_related("run__session").get(pk=interaction.pk)
     if landed:
         return interaction
     if interaction.status == InteractionStatus.CANCELLED:
@@ -378,8 +384,8 @@ def resolve(
             **({"result": settled["result"]} if settled else {}),
         )
         dispatch.enqueue_on_commit(run.pk)
-    op.refresh_from_db()
-    return op
+    # Fresh, with its run (moved on) and session: what the caller renders, read once.
+    return Operation.objects.select_related("run__session").get(pk=op.pk)
 
 
 def _not_run_result(op: Operation, evidence: str) -> dict[str, Any]:
@@ -479,7 +485,7 @@ def retry(run_id: Any, *, actor: str) -> Run:
         previous = run.status
         fresh = previous != RunStatus.RETRY_WAIT
         # A person decided to try again: a crash loop's count starts over (its last crash stays).
-        counters = {"crashed_claims": 0} if fresh else {}
+        counters: dict[str, Any] = {"crashed_claims": 0} if fresh else {}
         try:
             # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
             with transaction.atomic():
@@ -515,8 +521,7 @@ def retry(run_id: Any, *, actor: str) -> Run:
         kind = EventKind.RETRIED_NOW if previous == RunStatus.RETRY_WAIT else EventKind.RETRIED
         store.event(run.pk, kind, actor, previous_status=previous)
         dispatch.enqueue_on_commit(run.pk)
-    run.refresh_from_db()
-    return run
+    return _fresh(run.pk)
 
 
 @dataclass(frozen=True)
@@ -582,8 +587,7 @@ def cancel(run_id: Any, *, actor: str, reason: str = "") -> Run:
             raise InvalidTransition(f"run {run.pk} finished meanwhile; it cannot be cancelled")
         store.close_interactions(run.pk)
         store.event(run.pk, EventKind.CANCELLED, actor, previous_status=run.status, reason=reason)
-    run.refresh_from_db()
-    return run
+    return _fresh(run.pk)
 
 
 # --- discovery -------------------------------------------------------------------------------
