@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from runtime import store, submit
-from runtime.models import Run
+from runtime import clock, store, submit
+from runtime.models import Event, Run
 from tests.conftest import make_agent, say
 from tests.support import store_guard
 
@@ -37,6 +37,19 @@ def test_a_console_write_to_a_runtime_table_is_caught(define):
     assert [(module, table) for module, table, _ in caught] == [
         ("agentops.views.rogue", Run._meta.db_table)
     ]
+
+
+def test_a_console_event_through_the_models_save_is_caught_and_a_tests_is_not(define):
+    agent = define(make_agent([say("hi")]))
+    run = submit(agent.name, "hi", actor="alice")
+    seen = len(store_guard.violations)
+    Event.objects.create(run=run, kind="fixture", actor="alice", created_at=clock.now())
+    assert store_guard.violations[seen:] == []
+    rogue = "Event.objects.create(run=run, kind='forged', actor='alice', created_at=now)"
+    _from_module("agentops.api.rogue", rogue, Event=Event, run=run, now=clock.now())
+    caught = store_guard.violations[seen:]
+    del store_guard.violations[seen:]
+    assert [module for module, _, _ in caught] == ["agentops.api.rogue"]
 
 
 def test_the_store_and_the_verbs_through_it_are_not_caught(define):

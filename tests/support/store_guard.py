@@ -2,7 +2,8 @@
 
 A wrapper on every database connection of the test run sees each statement sent through
 Django; an INSERT, UPDATE or DELETE on one of the runtime's tables is recorded with the product
-module that issued it (the innermost frame in runtime, agentops, demo or bench) unless that is
+module that issued it (the innermost frame in runtime, agentops, demo or bench, the models'
+methods aside) unless that is
 the store or a data migration. Test code that writes fixtures directly is not product code and
 is not recorded. The store's hot path sends its statements on the DB-API connection itself, not
 through Django, so it passes no wrapper: it is the store.
@@ -46,7 +47,8 @@ def _caller() -> str | None:
     frame = sys._getframe(2)
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
-        if module.partition(".")[0] in PRODUCT:
+        # The models' own methods (Event.save) are the ORM's layer: their caller decides.
+        if module.partition(".")[0] in PRODUCT and module != "runtime.models":
             return module
         frame = frame.f_back
     return None
