@@ -190,7 +190,13 @@ class Records:
             later = "2100-01-01 00:00:00"
             self.now = str(dt.datetime.now(dt.UTC).replace(tzinfo=None))
         connection.close()
-        self.hold = {"run": run_id, "fence": run.fence, "lease": later, "now": self.now}
+        self.hold = {
+            "run": run_id,
+            "fence": run.fence,
+            "held": "running",
+            "lease": later,
+            "now": self.now,
+        }
         self.ops: dict[str, int] = {}
         self.prefix = ""
         self.answer = ""

@@ -50,8 +50,9 @@ def reach(window: str, run: Any, key: str, operation: str) -> None:
 
 
 # The fence as a test harness sees it (runtime.testing.fence_hook): called around every fenced
-# write of a worker with the run, it yields the fence token the write carries (the run's own,
-# unless the harness substitutes another to show what a worker without the check would do) and
-# sees the LeaseLost of a refused write. In production nothing is installed.
-FenceHook = Callable[[Any], AbstractContextManager[int]]
+# write of a worker with the run, it yields what the write requires of the run, its fence and
+# status (the claim's: run.fence and "running", unless the harness substitutes others to show
+# what a worker without the check would do), and sees the LeaseLost of a refused write. In
+# production nothing is installed.
+FenceHook = Callable[[Any], AbstractContextManager[tuple[int, str]]]
 fence: FenceHook | None = None

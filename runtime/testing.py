@@ -71,10 +71,10 @@ def crash_at(window: str, *, tool: str | None = None, times: int = 1) -> Iterato
 def fence_hook(hook: faults.FenceHook) -> Iterator[None]:
     """Install `hook` around every fenced write of a worker inside the block.
 
-    `hook(run)` is a context manager that yields the fence token the write carries (the run's
-    own, `run.fence`, to only watch; another to show what a worker without the check would
-    do) and sees the LeaseLost of a refused write. Worker processes of a test may also assign
-    `runtime.faults.fence` for their lifetime.
+    `hook(run)` is a context manager that yields what the write requires of the run, its fence
+    and status (`(run.fence, "running")` to only watch; the run's current ones to show what a
+    worker without the check would do) and sees the LeaseLost of a refused write. Worker
+    processes of a test may also assign `runtime.faults.fence` for their lifetime.
     """
     previous, faults.fence = faults.fence, hook
     try:

@@ -24,8 +24,9 @@ RUNNABLE = (
     "OR (status = 'retry_wait' AND next_attempt_at <= %(now)s))"
 )
 
-# The owning worker's fence: its writes land only while the run is running under its claim.
-OWNED = "id = %(run)s AND fence = %(fence)s AND status = 'running'"
+# The owning worker's fence: its writes land only while the run is running under its claim
+# (`held` is 'running'; a test harness's fence hook may hold the run in another status).
+OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
 
 # What a claim reads: the run's state, if it is runnable now.
 SEEN = f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}"

@@ -86,33 +86,26 @@ def claim(run_id: Any, owner: str) -> Run | None:
 
 
 @contextmanager
-def _carried_fence(run: Run) -> Iterator[int]:
-    """The fence token a write carries: the claim's, unless a test harness installed a hook."""
+def _carried_fence(run: Run) -> Iterator[tuple[int, str]]:
+    """What a write requires of the run: the claim's fence, while it is running; a test
+    harness's fence hook may say otherwise (runtime.testing.fence_hook)."""
     hook = faults.fence
     if hook is None:
-        yield run.fence
+        yield run.fence, RunStatus.RUNNING
     else:
-        with hook(run) as fence:
-            yield fence
-
-
-@contextmanager
-def _fenced(run: Run) -> Iterator[int]:
-    """An ORM transaction that commits only while `run` is still ours; renews the lease."""
-    with _carried_fence(run) as fence, transaction.atomic():
-        now = clock.now()
-        held = Run.objects.filter(pk=run.pk, fence=fence, status=RunStatus.RUNNING).update(
-            lease_expires_at=_lease(now), updated_at=now
-        )
-        if held != 1:
-            raise LeaseLost(run.pk)
-        yield fence
+        with hook(run) as carried:
+            yield carried
 
 
 def renew(run: Run) -> None:
     """The heartbeat: keep the lease alive during a long call. Raises LeaseLost if taken over."""
-    with _fenced(run):
-        pass
+    with _carried_fence(run) as (fence, held):
+        now = clock.now()
+        renewed = Run.objects.filter(pk=run.pk, fence=fence, status=held).update(
+            lease_expires_at=_lease(now), updated_at=now
+        )
+        if renewed != 1:
+            raise LeaseLost(run.pk)
 
 
 def still_running(run_id: Any, fence: int) -> bool:
@@ -129,10 +122,11 @@ def _record(
     fence's parameters. `atomic=False` lets a record that is one statement commit alone."""
     db = connection()
     dialect = dialect_of(db)
-    with _carried_fence(run) as fence:
+    with _carried_fence(run) as (fence, held):
         params = {
             "run": dialect.run_id(db, run.pk),
             "fence": fence,
+            "held": held,
             "lease": dialect.moment(db, _lease(now)),
             "now": dialect.moment(db, now),
         }
@@ -362,9 +356,9 @@ def request_interaction(
     """Ask a person; the run waits. Written before the tool's intent."""
     transitions.check([RunStatus.RUNNING], RunStatus.WAITING)
     now = clock.now()
-    with _carried_fence(run) as fence, transaction.atomic():
+    with _carried_fence(run) as (fence, held), transaction.atomic():
         # The move is the fence: it lands only while the run is ours.
-        moved = Run.objects.filter(pk=run.pk, fence=fence, status=RunStatus.RUNNING).update(
+        moved = Run.objects.filter(pk=run.pk, fence=fence, status=held).update(
             status=RunStatus.WAITING,
             lease_owner="",
             lease_expires_at=None,

@@ -12,8 +12,8 @@ model request of each step listed in "model_errors" fails (a provider error, ret
 
 Test-only switches, read when a worker imports this module:
 - AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (the fence hook, runtime.faults.fence, makes
-  every fenced write carry the run's current fence instead of the claim's), to show that the
-  pause test detects a worker writing after it lost its lease.
+  every fenced write require the run's current fence and status instead of the claim's), to
+  show that the pause test detects a worker writing after it lost its lease.
 - AGENTOPS_TEST_FENCE_LOG=1: every fenced write is logged to `fenced` (run, pid, fence, landed or
   refused). Off otherwise, so that the other tests run the production write path untouched.
 """
@@ -264,15 +264,15 @@ def _instrument_fence() -> None:
     from runtime.models import Run
 
     @contextmanager
-    def recorded(run: Any) -> Iterator[int]:
+    def recorded(run: Any) -> Iterator[tuple[int, str]]:
         if os.environ.get(NO_FENCE_ENV) == "1":
-            # The fence check removed: the write carries whatever fence the run has now, which
-            # is what a worker without the check could do.
-            fence = Run.objects.values_list("fence", flat=True).get(pk=run.pk)
+            # The fence check removed: the write requires of the run whatever it holds now,
+            # which is what a worker without the check could do.
+            held = Run.objects.values_list("fence", "status").get(pk=run.pk)
         else:
-            fence = run.fence
+            held = (run.fence, "running")
         try:
-            yield fence
+            yield held
         except LeaseLost:
             _append("fenced", run.pk, os.getpid(), run.fence, "refused", time.time())
             raise

@@ -189,9 +189,9 @@ def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
     seen: list[tuple[int, str]] = []
 
     @contextmanager
-    def watched(run: Run) -> Iterator[int]:
+    def watched(run: Run) -> Iterator[tuple[int, str]]:
         try:
-            yield run.fence
+            yield run.fence, RunStatus.RUNNING
         except LeaseLost:
             seen.append((run.fence, "refused"))
             raise
@@ -207,9 +207,9 @@ def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
     assert seen == [(fence, "landed")] * 3 + [(fence, "refused")]
 
     @contextmanager
-    def unchecked(run: Run) -> Iterator[int]:
-        # What a worker without the check would do: carry whatever fence the run has now.
-        yield Run.objects.values_list("fence", flat=True).get(pk=run.pk)
+    def unchecked(run: Run) -> Iterator[tuple[int, str]]:
+        # What a worker without the check would do: write over whatever the run holds now.
+        yield Run.objects.values_list("fence", "status").get(pk=run.pk)
 
     with fence_hook(unchecked):
         intent(claimed, key="step-2/model")  # the stale write lands: no check is left
