@@ -35,13 +35,15 @@ from runtime.models import (
     AgentVersion,
     AttentionReason,
     Event,
+    EventKind,
     Interaction,
     Operation,
+    Permission,
     Run,
     Session,
 )
 
-MANAGE_VERSIONS = "agentops.manage_agentversion"
+MANAGE_VERSIONS = Permission.MANAGE_VERSIONS
 REGISTER, UNREGISTER = "register", "unregister"
 ACTIONS = {REGISTER: "Register selected versions", UNREGISTER: "Unregister selected versions"}
 
@@ -331,7 +333,7 @@ class AgentVersionAdmin(admin.ModelAdmin):
         row = rows[0]
         history = Event.objects.filter(
             run__isnull=True,
-            kind__in=["agent_registered", "agent_unregistered"],
+            kind__in=[EventKind.AGENT_REGISTERED, EventKind.AGENT_UNREGISTERED],
             data__agent=agent,
             data__version=version,
         ).order_by("-id")[:20]

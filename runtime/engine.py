@@ -26,13 +26,14 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, registry, store, tracing
+from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
     AttentionReason,
     ErrorKind,
+    EventKind,
     Interaction,
     InteractionKind,
     InteractionStatus,
@@ -124,7 +125,7 @@ def _record_crash(run: Run, exc: Exception) -> None:
             store.transition(
                 run,
                 RunStatus.RETRY_WAIT,
-                "retry_scheduled",
+                EventKind.RETRY_SCHEDULED,
                 data={
                     "reason": "crash",
                     "error": crash,
@@ -154,7 +155,7 @@ def _crash_loop(run: Run, crash: str, claims: int) -> None:
     store.transition(
         run,
         RunStatus.NEEDS_ATTENTION,
-        "blocked",
+        EventKind.BLOCKED,
         data={"reason": AttentionReason.CRASH_LOOP, **detail},
         attention_reason=AttentionReason.CRASH_LOOP,
         attention_detail=detail,
@@ -262,7 +263,7 @@ class _Turn:
                     continue
                 self._finish(
                     RunStatus.COMPLETED,
-                    "completed",
+                    EventKind.COMPLETED,
                     output=response.text,
                     transcript=own,
                     steps=step,
@@ -271,12 +272,12 @@ class _Turn:
             add("user", [self._tool_call(agent, step, use) for use in response.tool_uses])
         self._finish(
             RunStatus.FAILED,
-            "failed",
+            EventKind.FAILED,
             error=f"step budget exhausted: {agent.max_steps} model requests without a final answer",
             steps=agent.max_steps,
         )
 
-    def _finish(self, status: str, kind: str, **fields: Any) -> None:
+    def _finish(self, status: str, kind: EventKind, **fields: Any) -> None:
         data = {"error": fields["error"]} if "error" in fields else {}
         store.transition(self.run, status, kind, data=data, finished_at=clock.now(), **fields)
         raise _Stop
@@ -285,7 +286,7 @@ class _Turn:
         store.transition(
             self.run,
             RunStatus.NEEDS_ATTENTION,
-            "blocked",
+            EventKind.BLOCKED,
             key=key,
             data={"reason": reason, **detail},
             attention_reason=reason,
@@ -345,7 +346,7 @@ class _Turn:
     # --- model requests ----------------------------------------------------------------------
 
     def _model_call(self, agent: Agent, step: int, messages: list[dict[str, Any]]) -> ModelResponse:
-        key = f"step-{step}/model"
+        key = keys.model_key(step)
         tools, static_input = self._static_request_parts(agent)
         request = ModelRequest(
             model=agent.model,
@@ -386,7 +387,7 @@ class _Turn:
         try:
             with tracing.model_span(self.run, key, request) as span:
                 raw = registry.model_client(agent).complete(
-                    request, operation_id=_op_id(self.run, key)
+                    request, operation_id=keys.operation_id(self.run.pk, key)
                 )
                 span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
@@ -430,7 +431,7 @@ class _Turn:
         if op.status == OperationStatus.FAILED:
             self._finish(
                 RunStatus.FAILED,
-                "failed",
+                EventKind.FAILED,
                 error=f"model error after {op.attempts} attempts: {op.error}",
             )
 
@@ -509,7 +510,10 @@ class _Turn:
         if policy is None or op.attempts >= policy.max_attempts:
             tries = f" after {op.attempts} attempts" if policy else ""
             self._finish(
-                RunStatus.FAILED, "failed", error=f"model error{tries}: {message}", error_kind=kind
+                RunStatus.FAILED,
+                EventKind.FAILED,
+                error=f"model error{tries}: {message}",
+                error_kind=kind,
             )
         assert policy is not None
         delay = policy.delay_after(op.attempts, retry_after=retry_after)
@@ -517,7 +521,7 @@ class _Turn:
         store.transition(
             self.run,
             RunStatus.RETRY_WAIT,
-            "retry_scheduled",
+            EventKind.RETRY_SCHEDULED,
             key=op.key,
             data={
                 "attempt": op.attempts,
@@ -535,7 +539,7 @@ class _Turn:
     # --- tool calls --------------------------------------------------------------------------
 
     def _tool_call(self, agent: Agent, step: int, use: ToolUseBlock) -> dict[str, Any]:
-        key = f"step-{step}/tool/{use.id}"
+        key = keys.tool_key(step, use.id)
         saved_input = {"tool": use.name, "arguments": use.input}
         input_hash = digest(saved_input)
         op = self._replayable(key, saved_input, input_hash)
@@ -666,7 +670,7 @@ class _Turn:
             raise _Stop
         if interaction.status != InteractionStatus.ANSWERED:
             # Claimed while a person still has to answer: should not happen; wait again.
-            store.transition(self.run, RunStatus.WAITING, "waiting", key=key)
+            store.transition(self.run, RunStatus.WAITING, EventKind.WAITING, key=key)
             raise _Stop
         response = interaction.response or {}
         if tool.is_question:
@@ -683,10 +687,6 @@ class _Turn:
             }
             return rejection, OperationStatus.REJECTED, True
         return None
-
-
-def _op_id(run: Run, key: str) -> str:
-    return f"{run.pk}:{key}"
 
 
 def _context(run: Run, op: Operation) -> ToolContext:

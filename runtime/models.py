@@ -1,17 +1,68 @@
 """The durable data model: sessions, runs, operations, interactions, events, agent versions.
 
-Rows are written only by `runtime/` (the engine and the control verbs); everything else reads.
-Each status field lists its allowed transitions beside its choices, and every transition is a
-guarded UPDATE in `runtime/store.py`.
+Rows are written only by the store (`runtime/store/`); everything else reads. The vocabulary
+of stored values is defined here once: statuses (with the allowed run transitions beside their
+choices; the store checks every guarded move against them), event kinds, the runtime's actor
+name, and the permission names.
 """
 
 from __future__ import annotations
 
+import enum
 import uuid
 from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import Q
+
+from runtime import keys
+
+# The actor of the runtime's own events; a person's events name the person.
+RUNTIME = "runtime"
+
+
+class Permission(enum.StrEnum):
+    """Who may do what: the names views, the admin, the API and tests check (user.has_perm)."""
+
+    RESPOND = "agentops.respond_run"
+    RESOLVE = "agentops.resolve_run"
+    CONTROL = "agentops.control_run"
+    MANAGE_VERSIONS = "agentops.manage_agentversion"
+
+    @property
+    def codename(self) -> str:
+        return self.value.partition(".")[2]
+
+
+class EventKind(models.TextChoices):
+    """What an event records. The engine's, then the people's (through the verbs)."""
+
+    CLAIMED = "claimed"
+    LEASE_EXPIRED = "lease_expired"
+    INTENT = "intent"
+    OUTCOME = "outcome"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    WAITING = "waiting"
+    RETRY_SCHEDULED = "retry_scheduled"
+    TOOL_APPROVAL_REQUESTED = "tool_approval_requested"
+    QUESTION_REQUESTED = "question_requested"
+    SUBMITTED = "submitted"
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_REJECTED = "approval_rejected"
+    QUESTION_ANSWERED = "question_answered"
+    OPERATION_RESOLVED = "operation_resolved"
+    RETRIED = "retried"
+    RETRIED_NOW = "retried_now"
+    CANCELLED = "cancelled"
+    AGENT_REGISTERED = "agent_registered"
+    AGENT_UNREGISTERED = "agent_unregistered"
+
+    @classmethod
+    def requested(cls, interaction_kind: str) -> EventKind:
+        """The event that asks a person: for a tool approval or a question."""
+        return cls(f"{interaction_kind}_requested")
 
 
 class RunStatus(models.TextChoices):
@@ -97,7 +148,9 @@ class AgentVersion(models.Model):
                 fields=["agent", "version"], name="one_registration_per_version"
             )
         ]
-        permissions: ClassVar = [("manage_agentversion", "Can register and unregister versions")]
+        permissions: ClassVar = [
+            (Permission.MANAGE_VERSIONS.codename, "Can register and unregister versions")
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent} {self.version}"
@@ -193,9 +246,9 @@ class Run(models.Model):
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),
         ]
         permissions: ClassVar = [
-            ("respond_run", "Can answer approvals and questions"),
-            ("resolve_run", "Can reconcile uncertain operations"),
-            ("control_run", "Can retry and cancel runs"),
+            (Permission.RESPOND.codename, "Can answer approvals and questions"),
+            (Permission.RESOLVE.codename, "Can reconcile uncertain operations"),
+            (Permission.CONTROL.codename, "Can retry and cancel runs"),
         ]
 
     def __str__(self) -> str:
@@ -250,7 +303,7 @@ class Operation(models.Model):
     @property
     def operation_id(self) -> str:
         """The external idempotency key: stable across crashes and retries."""
-        return f"{self.run_id}:{self.key}"
+        return keys.operation_id(self.run_id, self.key)
 
 
 class InteractionKind(models.TextChoices):
@@ -327,8 +380,10 @@ class Event(models.Model):
         blank=True,
         db_index=False,
     )
-    kind = models.CharField(max_length=50)
-    # "runtime" for the engine, otherwise the username of the person who acted.
+    kind = models.CharField(
+        max_length=50
+    )  # an EventKind (no choices: a new kind needs no migration)
+    # "runtime" (RUNTIME) for the engine, otherwise the username of the person who acted.
     actor = models.CharField(max_length=150)
     operation_key = models.CharField(max_length=200, blank=True)
     data = models.JSONField(default=dict, blank=True)

@@ -150,7 +150,8 @@ def socket_request(user: AbstractBaseUser | AnonymousUser, cookies: dict[str, st
     browser's cookie, so that the forms in pushed fragments post like the page's own."""
     request = HttpRequest()
     request.method = "GET"
-    request.user = user
+    # Typed as the project's user model; a websocket scope's user is the abstract base.
+    request.user = user  # type: ignore[assignment]
     request.COOKIES = dict(cookies)
     CsrfViewMiddleware(lambda _: HttpResponse()).process_request(request)
     return request

@@ -12,7 +12,16 @@ from django.urls import reverse
 
 from agentops import decisions, selectors
 from agentops.forms import AnswerForm, ApprovalForm
-from agentops.views.common import RESPOND, action, actor, error_status, live, page, reply
+from agentops.views.common import (
+    RESPOND,
+    HtmxRequest,
+    action,
+    actor,
+    error_status,
+    live,
+    page,
+    reply,
+)
 from agentops.views.fragments import INTERACTION
 from runtime import control
 from runtime.errors import AgentOpsError
@@ -61,7 +70,7 @@ def _next_url(found: Interaction) -> str:
 
 
 @action(RESPOND)
-def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
+def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
     form = _form_class(found)(request.POST)
     if isinstance(form, ApprovalForm):
@@ -75,6 +84,7 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
+            found.refresh_from_db()  # refused: show the state that refused it
         else:
             status, notice = 200, _done(found, actor(request))
             if request.GET.get("then") == "next":
@@ -88,7 +98,6 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
             if not request.htmx:
                 messages.success(request, notice)
                 return redirect("console:run", run_id=found.run_id)
-    found.refresh_from_db()
     return reply(
         request,
         page_template="agentops/interaction.html",

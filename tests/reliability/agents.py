@@ -11,8 +11,8 @@ saw>", so a test can read what the model was shown from `run.output`. The first 
 model request of each step listed in "model_errors" fails (a provider error, retried later).
 
 Test-only switches, read when a worker imports this module:
-- AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (runtime.store.fenced is replaced by a
-  version that bumps the lease unconditionally, which runtime.store honours for every write), to
+- AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (the fence hook, runtime.faults.fence, makes
+  every fenced write require the run's current fence and status instead of the claim's), to
   show that the pause test detects a worker writing after it lost its lease.
 - AGENTOPS_TEST_FENCE_LOG=1: every fenced write is logged to `fenced` (run, pid, fence, landed or
   refused). Off otherwise, so that the other tests run the production write path untouched.
@@ -260,38 +260,26 @@ quick_retry = Agent(
 
 
 def _instrument_fence() -> None:
-    import datetime as dt
-
-    from django.db import transaction
-
-    from runtime import clock, store
+    from runtime import faults
     from runtime.models import Run
 
-    checked = store.fenced
-
     @contextmanager
-    def unchecked(run: Any) -> Iterator[None]:
-        """The fence check removed: what a worker could do without it."""
-        with transaction.atomic():
-            now = clock.now()
-            Run.objects.filter(pk=run.pk).update(
-                lease_expires_at=now + dt.timedelta(seconds=store.lease_seconds()), updated_at=now
-            )
-            yield
-
-    inner = unchecked if os.environ.get(NO_FENCE_ENV) == "1" else checked
-
-    @contextmanager
-    def recorded(run: Any) -> Iterator[None]:
+    def recorded(run: Any) -> Iterator[tuple[int, str]]:
+        if os.environ.get(NO_FENCE_ENV) == "1":
+            # The fence check removed: the write requires of the run whatever it holds now,
+            # which is what a worker without the check could do.
+            held = Run.objects.values_list("fence", "status").get(pk=run.pk)
+        else:
+            held = (run.fence, "running")
         try:
-            with inner(run):
-                yield
+            yield held
         except LeaseLost:
             _append("fenced", run.pk, os.getpid(), run.fence, "refused", time.time())
             raise
         _append("fenced", run.pk, os.getpid(), run.fence, "landed", time.time())
 
-    store.fenced = recorded  # type: ignore[assignment]
+    # For the worker process's lifetime (runtime.testing.fence_hook is the scoped form).
+    faults.fence = recorded
 
 
 if os.environ.get(FENCE_LOG_ENV) == "1" or os.environ.get(NO_FENCE_ENV) == "1":
