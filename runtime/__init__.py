@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         AgentDefinitionError,
         AgentOpsError,
         DurableConflictError,
+        ForkRefused,
         InteractionClosed,
         InteractionConflict,
         InvalidInput,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     )
     from runtime.llm.anthropic import AnthropicModel
     from runtime.registry import register, unregister
+    from runtime.surgery import ForkPreview, fork, fork_preview, pause
 
 # The modules of the public names.
 _MODULES = {
@@ -70,6 +72,7 @@ _MODULES = {
         "AgentDefinitionError",
         "AgentOpsError",
         "DurableConflictError",
+        "ForkRefused",
         "InteractionClosed",
         "InteractionConflict",
         "InvalidInput",
@@ -95,6 +98,7 @@ _MODULES = {
     "runtime.engine": ("advance",),
     "runtime.control": ("cancel", "list_runs", "resolve", "respond", "resume", "retry", "submit"),
     "runtime.registry": ("register", "unregister"),
+    "runtime.surgery": ("ForkPreview", "fork", "fork_preview", "pause"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -115,6 +119,8 @@ __all__ = [
     "AnthropicModel",
     "Cancelled",
     "DurableConflictError",
+    "ForkPreview",
+    "ForkRefused",
     "InteractionClosed",
     "InteractionConflict",
     "InvalidInput",
@@ -141,7 +147,10 @@ __all__ = [
     "advance",
     "ask_operator",
     "cancel",
+    "fork",
+    "fork_preview",
     "list_runs",
+    "pause",
     "register",
     "resolve",
     "respond",

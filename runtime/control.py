@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Model, QuerySet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime import clock, dispatch, jsonvalues, registry, store
+from runtime import clock, dispatch, jsonvalues, registry, store, surgery_store
 from runtime.errors import (
     InteractionClosed,
     InteractionConflict,
@@ -246,7 +246,9 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
             moved = Run.objects.filter(pk=interaction.run_id, status=RunStatus.WAITING).update(
                 status=RunStatus.QUEUED, updated_at=now
             )
-            if moved != 1:
+            # A run paused while waiting keeps the answer and goes on only once resumed.
+            paused = moved != 1 and surgery_store.answered_while_paused(interaction.run_id)
+            if moved != 1 and not paused:
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
             if interaction.kind == InteractionKind.QUESTION:
                 kind = "question_answered"
@@ -261,7 +263,8 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
                 tool=interaction.tool_name,
                 response=answer,
             )
-            dispatch.enqueue_on_commit(interaction.run_id)
+            if not paused:
+                dispatch.enqueue_on_commit(interaction.run_id)
     interaction.refresh_from_db()
     if landed == 1:
         return interaction
@@ -599,15 +602,31 @@ def list_runs(*statuses: str) -> Any:
     return Run.objects.filter(status__in=statuses or UNFINISHED_STATUSES).order_by("created_at")
 
 
-def resume() -> list[str]:
-    """Hand every run that can move now to the executor: startup discovery and the sweep.
+@overload
+def resume() -> list[str]: ...
 
-    Queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
-    only door into `running`, so handing a run over twice is harmless.
+
+@overload
+def resume(run_id: Any, *, actor: str) -> Run: ...
+
+
+def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
+    """Let runs move again.
+
+    `resume()`: hand every run that can move now to the executor — startup discovery and the
+    sweep: queued runs whose message was lost, expired leases and due retry timers. Claiming
+    stays the only door into `running`, so handing a run over twice is harmless.
+
+    `resume(run_id, actor=...)`: return a paused run exactly where it was paused (see
+    `runtime.surgery.resume_run`).
     """
+    if run_id is not None or actor is not None:
+        from runtime.surgery import resume_run
+
+        return resume_run(run_id, actor=actor)
     due = [str(pk) for pk in store.due_run_ids()]
-    for run_id in due:
-        dispatch.enqueue_on_commit(run_id)
+    for each in due:
+        dispatch.enqueue_on_commit(each)
     return due
 
 

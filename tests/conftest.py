@@ -33,6 +33,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _runtime_settings(settings: Any) -> None:
     settings.AGENTOPS_HEARTBEAT = False
     settings.AGENTOPS_DISPATCH = ""
+    settings.AGENTOPS_BULK_DISPATCH = ""
     settings.AGENTOPS_PUBLISH = ""
 
 
