@@ -14,14 +14,18 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Model
+from django.db.models import Count, JSONField, Model
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString
 
+from agentops.templatetags.console import reveal
 from agentops.views.versions import differences
 from runtime import registry
 from runtime.agents import Agent, spec_differences
@@ -416,8 +420,44 @@ class AgentVersionAdmin(admin.ModelAdmin):
 # --- the durable records, read-only --------------------------------------------------------------
 
 
+SHOWN = "shown_"
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Shown, never written: only the runtime writes these rows."""
+    """Shown, never written: only the runtime writes these rows.
+
+    Every field is shown through `shown_<field>`: agent- and user-supplied text with its
+    invisible characters (bidirectional controls, zero-width characters) made visible, as on
+    the console's pages.
+    """
+
+    class Media:
+        css = {"all": ("agentops/admin.css",)}
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith(SHOWN):
+            raise AttributeError(name)
+        field_ = self.model._meta.get_field(name.removeprefix(SHOWN))
+
+        def show(obj: Model) -> SafeString:
+            value = getattr(obj, field_.attname)
+            if isinstance(field_, JSONField):
+                text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+                return format_html('<pre class="json">{}</pre>', reveal(text))
+            return reveal(display_for_field(value, field_, "—"))
+
+        show.short_description = field_.verbose_name  # type: ignore[attr-defined]
+        show.admin_order_field = field_.name  # type: ignore[attr-defined]
+        return show
+
+    def _shown_fields(self) -> list[str]:
+        return [SHOWN + f.name for f in self.model._meta.concrete_fields]
+
+    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:  # type: ignore[override]
+        return self._shown_fields()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        return self._shown_fields()
 
     @admin.display(description="id", ordering="pk")
     def short_id(self, obj: Model) -> str:
@@ -443,7 +483,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Session)
 class SessionAdmin(ReadOnlyAdmin):
-    list_display = ("short_id", "agent", "title", "created_at")
+    list_display = ("short_id", "agent", "shown_title", "created_at")
     ordering = ("-created_at",)
 
 
@@ -465,13 +505,22 @@ class RunAdmin(ReadOnlyAdmin):
     search_fields = ("=agent", "=version")
 
     @admin.display(description="session")
-    def session_title(self, run: Run) -> str:
-        return str(run.session)
+    def session_title(self, run: Run) -> SafeString:
+        return reveal(run.session)
 
 
 @admin.register(Operation)
 class OperationAdmin(ReadOnlyAdmin):
-    list_display = ("key", "run_id", "kind", "name", "policy", "status", "attempts", "intent_at")
+    list_display = (
+        "shown_key",
+        "run_id",
+        "kind",
+        "shown_name",
+        "policy",
+        "status",
+        "attempts",
+        "intent_at",
+    )
     # Only choice filters: a filter over free values would scan the whole table for them.
     list_filter = ("kind", "status")
     # Newest first by primary key: the only index that orders the whole table.
@@ -484,9 +533,9 @@ class InteractionAdmin(ReadOnlyAdmin):
         "short_id",
         "run_id",
         "kind",
-        "tool_name",
+        "shown_tool_name",
         "status",
-        "responded_by",
+        "shown_responded_by",
         "created_at",
     )
     list_filter = ("kind", "status")
@@ -497,7 +546,7 @@ class InteractionAdmin(ReadOnlyAdmin):
 class EventAdmin(ReadOnlyAdmin):
     """The audit trail: never editable or deletable, not even by a superuser."""
 
-    list_display = ("id", "kind", "actor", "run_id", "operation_key", "created_at")
+    list_display = ("id", "kind", "shown_actor", "run_id", "shown_operation_key", "created_at")
     # The event_actor index serves an exact actor search; ?kind=… filters by URL.
     search_fields = ("=actor",)
     ordering = ("-id",)

@@ -8,3 +8,7 @@ class ConsoleConfig(AppConfig):
     label = "console"
     verbose_name = "AgentOps console"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Connects the login signal that puts the operator's time zone in their session.
+        from agentops import context  # noqa: F401

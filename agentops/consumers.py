@@ -57,7 +57,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         ident = kwargs.get("ident")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         key = query.get("key", [""])[0]
-        return live_page(kwargs["page"], ident if isinstance(ident, uuid.UUID) else None, key)
+        events = query.get("events", [""])[0]
+        return live_page(
+            kwargs["page"], ident if isinstance(ident, uuid.UUID) else None, key, events
+        )
 
     async def disconnect(self, code: int) -> None:
         if self.flush_task is not None:

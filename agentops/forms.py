@@ -7,6 +7,7 @@ states allow what) are the runtime's; its errors are shown on these forms.
 from __future__ import annotations
 
 import uuid
+import zoneinfo
 from typing import Any
 
 from django import forms
@@ -24,6 +25,16 @@ class ApprovalForm(forms.Form):
 
     decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
     reason = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs=_TEXTAREA))
+    # The approver's second look, asked for when a rule marks the call high-risk.
+    confirm = forms.BooleanField(required=False)
+
+    def require_confirmation(self) -> None:
+        """Refuse an approval that was not confirmed (call it for a high-risk call)."""
+        data = self.cleaned_data if self.is_valid() else {}
+        if data.get("decision") == "approve" and not data.get("confirm"):
+            self.add_error(
+                "confirm", "This call is marked high-risk: tick the confirmation to approve it."
+            )
 
     def response(self) -> dict[str, Any]:
         return {
@@ -150,3 +161,15 @@ class AuditFilterForm(forms.Form):
             kind=data.get("kind", ""),
             run=_uuid_or_none(data.get("run", "")),
         )
+
+
+def _time_zones() -> list[tuple[str, str]]:
+    return [("", "The browser's time zone")] + [
+        (name, name.replace("_", " ")) for name in sorted(zoneinfo.available_timezones())
+    ]
+
+
+class ProfileForm(forms.Form):
+    """A person's console settings."""
+
+    time_zone = forms.ChoiceField(choices=_time_zones, required=False)

@@ -13,8 +13,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 
+from agentops import decisions, live
+from agentops.decisions import code_tool
 from runtime import control, registry
 from runtime.agents import Tool
 from runtime.models import (
@@ -135,6 +139,11 @@ def inbox() -> dict[str, Any]:
     )
     for run in retries:
         run.max_attempts = _max_attempts(run)  # type: ignore[attr-defined]
+    subjects = decisions.subjects_of(approvals)
+    related = decisions.related_calls(approvals)
+    for item in approvals:
+        item.subject = subjects.get(item.pk, "")  # type: ignore[attr-defined]
+        item.related = related.get(item.pk, [])  # type: ignore[attr-defined]
     status_counts = [(status, counts.get(status, 0)) for status in COUNTED_STATUSES]
     return {
         "status_counts": status_counts,
@@ -181,8 +190,26 @@ def parse_run_cursor(value: str) -> tuple[dt.datetime, uuid.UUID] | None:
         return None
 
 
+# The text search on PostgreSQL: one ILIKE per table, each served by a trigram index of
+# migration 0005 on exactly the expression written here (keep the two equal).
+_PG_SEARCH = """
+    SELECT id FROM agentops_run WHERE (input || ' ' || output) ILIKE %s
+    UNION SELECT r.id FROM agentops_run r JOIN agentops_session s ON s.id = r.session_id
+        WHERE s.title ILIKE %s
+    UNION SELECT run_id FROM agentops_operation
+        WHERE kind = 'tool' AND (input::text || ' ' || coalesce(result::text, '')) ILIKE %s
+    UNION SELECT run_id FROM agentops_interaction WHERE payload::text ILIKE %s
+"""
+
+
+def _like_pattern(q: str) -> str:
+    escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def _search(q: str) -> Q:
-    """Run id (or an operation id, which starts with it), session, message or tool arguments."""
+    """Run id (or an operation id, which starts with it), session, the messages, and the tool
+    calls' arguments and results (a customer's name, a receipt id)."""
     ident = q.split(":", 1)[0].strip().lower()
     try:
         exact = uuid.UUID(ident)
@@ -191,15 +218,17 @@ def _search(q: str) -> Q:
     else:
         # A whole id finds its run or session by primary key, through the index.
         return Q(pk=exact) | Q(session_id=exact)
-    text = Q(session__title__icontains=q) | Q(input__icontains=q)
-    # Uncorrelated subqueries: each table is scanned once (a hashed subplan), not once per run.
-    text |= Q(
-        pk__in=Operation.objects.filter(
-            kind=OperationKind.TOOL, input__arguments__icontains=q
-        ).values("run_id")
-    )
-    # A pending approval has no operation yet: its arguments are in the interaction.
-    text |= Q(pk__in=Interaction.objects.filter(payload__icontains=q).values("run_id"))
+    if connection.vendor == "postgresql":
+        text = Q(pk__in=RawSQL(_PG_SEARCH, [_like_pattern(q)] * _PG_SEARCH.count("%s")))
+    else:
+        # SQLite: no trigram index; the same places are scanned.
+        text = Q(session__title__icontains=q) | Q(input__icontains=q) | Q(output__icontains=q)
+        # Uncorrelated subqueries: each table is scanned once, not once per run.
+        tools = Operation.objects.filter(kind=OperationKind.TOOL)
+        text |= Q(pk__in=tools.filter(input__icontains=q).values("run_id"))
+        text |= Q(pk__in=tools.filter(result__icontains=q).values("run_id"))
+        # A pending approval has no operation yet: its arguments are in the interaction.
+        text |= Q(pk__in=Interaction.objects.filter(payload__icontains=q).values("run_id"))
     if _HEXISH.match(ident):
         prefix = ident.replace("-", "")
         text |= Q(pk__startswith=prefix) | Q(session__id__startswith=prefix)
@@ -283,15 +312,103 @@ def _last_words(operations: dict[str, Operation], key: str) -> str:
     ).strip()
 
 
-def code_tool(run: Run, name: str) -> Tool | None:
-    agent = registry.code_agent(run.agent, run.version)
-    return agent.tool_named(name) if agent else None
+# Events of the runtime shown in the default timeline besides operations with side effects:
+# what a person is asked for, and how the run stopped or ended.
+NOTABLE_KINDS = frozenset(
+    {
+        "tool_approval_requested",
+        "question_requested",
+        "blocked",
+        "retry_scheduled",
+        "completed",
+        "failed",
+        "cancelled",
+        "lease_expired",
+    }
+)
 
 
-def run_detail(run: Run) -> dict[str, Any]:
-    """Everything the run page shows: header, actions, timeline, transcript, operations."""
+@dataclass
+class TimelineRow:
+    """One row of a run's timeline: an operation (its intent and outcome folded), or an event."""
+
+    at: dt.datetime
+    label: str
+    actor: str = RUNTIME
+    operation: Operation | None = None
+    event: Event | None = None
+    # What a decision decided ("refund_order on order 1003: amount_cents $20.00").
+    decided: str = ""
+
+    @property
+    def by_person(self) -> bool:
+        return self.actor != RUNTIME
+
+    @property
+    def duration(self) -> dt.timedelta | None:
+        op = self.operation
+        return op.outcome_at - op.intent_at if op and op.outcome_at else None
+
+    @property
+    def notable(self) -> bool:
+        """In the default view: what people did, and what had (or may have had) effects."""
+        if self.operation is not None:
+            return self.operation.kind == OperationKind.TOOL and self.operation.policy != "safe"
+        return self.by_person or (self.event is not None and self.event.kind in NOTABLE_KINDS)
+
+
+def _operation_label(op: Operation) -> str:
+    if op.kind == OperationKind.TOOL:
+        return op.name
+    return f"Model request, {op.key.split('/', 1)[0].replace('-', ' ')}"
+
+
+def timeline(
+    run: Run, events: list[Event], operations: list[Operation], decided: dict[str, str]
+) -> list[TimelineRow]:
+    """One row per operation (where its first intent was) and one per other event, in order."""
+    by_key = {op.key: op for op in operations}
+    rows: list[TimelineRow] = []
+    folded: set[str] = set()
+    for event in events:
+        op = by_key.get(event.operation_key) if event.kind in live.PROGRESS_KINDS else None
+        if op is not None:
+            if op.key not in folded:
+                folded.add(op.key)
+                rows.append(TimelineRow(at=op.intent_at, label=_operation_label(op), operation=op))
+            continue
+        rows.append(
+            TimelineRow(
+                at=event.created_at,
+                label=event.kind,
+                actor=event.actor,
+                event=event,
+                decided=decided.get(str(event.data.get("interaction", "")), ""),
+            )
+        )
+    return rows
+
+
+def decided_summaries(events: list[Event]) -> dict[str, str]:
+    """What each approval decision among `events` was about, by interaction id (one query)."""
+    ids = [
+        event.data.get("interaction")
+        for event in events
+        if event.kind in ("approval_granted", "approval_rejected")
+    ]
+    found = Interaction.objects.filter(pk__in=[i for i in ids if i]).select_related("run")
+    return {str(item.pk): decisions.summary(item) for item in found}
+
+
+def run_detail(run: Run, *, every_event: bool = False) -> dict[str, Any]:
+    """Everything the run page shows: header, actions, timeline, transcript, operations.
+
+    The timeline shows what people and side effects did, or with `every_event` every event.
+    """
     events = list(run.events.order_by("id"))
     operations = list(run.operations.order_by("intent_at", "pk"))
+    rows = timeline(run, events, operations, decided_summaries(events))
+    shown = rows if every_event else [row for row in rows if row.notable]
     pending = None
     if run.status == RunStatus.WAITING:
         pending = run.interactions.filter(status=InteractionStatus.PENDING).first()
@@ -321,6 +438,9 @@ def run_detail(run: Run) -> dict[str, Any]:
     return {
         "run": run,
         "events": events,
+        "timeline": shown,
+        "timeline_total": len(rows),
+        "every_event": every_event,
         "operations": operations,
         "transcript": run_messages(run, operations),
         "pending": pending,
@@ -343,14 +463,43 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
     operations = list(run.operations.order_by("intent_at", "pk"))
     by_key = {op.key: op for op in operations}
     tool = code_tool(run, interaction.tool_name)
+    transcript = run_messages(run, operations)
+    is_approval = interaction.kind == InteractionKind.TOOL_APPROVAL
+    arguments = (interaction.payload or {}).get("arguments") if is_approval else None
+    pending = interaction.status == InteractionStatus.PENDING
     return {
         "interaction": interaction,
         "run": run,
         "last_words": _last_words(by_key, interaction.operation_key),
         "tool_description": tool.description if tool else "",
-        "transcript": run_messages(run, operations),
-        "is_approval": interaction.kind == InteractionKind.TOOL_APPROVAL,
+        "transcript": transcript,
+        "is_approval": is_approval,
+        "arguments": decisions.arguments(
+            tool,
+            arguments,
+            decisions.conversation_sources(
+                run, transcript, interaction.operation_key.rpartition("/")[2]
+            ),
+        ),
+        # Fetched while the decision is open: once made, "after this refund" is history.
+        "facts": decisions.facts(tool, arguments) if is_approval and pending else None,
+        "subject": decisions.subject_of(tool, arguments) if is_approval else "",
+        "related": decisions.related_calls([interaction]).get(interaction.pk, []),
+        "recent_days": decisions.RECENT_DAYS,
+        "high_risk": is_approval and pending and decisions.is_high_risk(tool, arguments),
     }
+
+
+def next_approval(after: Interaction) -> Interaction | None:
+    """The oldest pending approval other than `after`: the inbox's first, once `after` is done."""
+    return (
+        Interaction.objects.filter(
+            status=InteractionStatus.PENDING, kind=InteractionKind.TOOL_APPROVAL
+        )
+        .exclude(pk=after.pk)
+        .order_by("created_at", "pk")
+        .first()
+    )
 
 
 # --- reconcile -----------------------------------------------------------------------------------
@@ -454,6 +603,9 @@ def audit_page(
         has_older = len(rows) > PAGE_SIZE
         rows = rows[:PAGE_SIZE]
         has_newer = before is not None
+    decided = decided_summaries(rows)
+    for event in rows:
+        event.decided = decided.get(str(event.data.get("interaction", "")), "")  # type: ignore[attr-defined]
     return Page(
         rows=rows,
         older=str(rows[-1].pk) if rows and has_older else None,

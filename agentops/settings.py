@@ -107,6 +107,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "agentops.context.operator",
             ],
         },
     },
@@ -195,6 +196,12 @@ if AGENTOPS_CRASH_LOOP_CLAIMS < 1 or AGENTOPS_OPERATION_ATTEMPTS < 1:
     raise ImproperlyConfigured(
         "AGENTOPS_CRASH_LOOP_CLAIMS and AGENTOPS_OPERATION_ATTEMPTS must be >= 1"
     )
+# The Anthropic adapter (docs/model-adapter.md): short in-process retries of transient errors
+# within one attempt, the longest provider wait slept through in-process (longer ones go to the
+# persisted backoff), and the default timeout of one request.
+AGENTOPS_MODEL_RETRIES = int(env_float("AGENTOPS_MODEL_RETRIES", 2))
+AGENTOPS_MODEL_RETRY_MAX_WAIT = env_float("AGENTOPS_MODEL_RETRY_MAX_WAIT", 10.0)
+AGENTOPS_MODEL_TIMEOUT = env_float("AGENTOPS_MODEL_TIMEOUT", 600.0)
 # The store prepares its statements once per connection; turn off behind a pooler that cannot
 # hold prepared statements (PgBouncer in transaction mode before 1.21).
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
@@ -309,6 +316,8 @@ AXES_COOLOFF_TIME = _dt.timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINU
 # The pair, not the username alone: nobody can lock a colleague out from another machine.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# The lockout page: styled like the console, and saying for how long.
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 
 
 def _lockout_username(request: Any, credentials: dict[str, Any] | None) -> Any:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from agentops.views import audit, control, inbox, interactions, reconcile, runs
+from agentops.views import audit, control, inbox, interactions, profile, reconcile, runs
 
 app_name = "console"
 urlpatterns = [
@@ -16,4 +16,5 @@ urlpatterns = [
     path("interactions/<uuid:interaction_id>/", interactions.interaction, name="interaction"),
     path("interactions/<uuid:interaction_id>/respond/", interactions.respond, name="respond"),
     path("audit/", audit.audit, name="audit"),
+    path("profile/", profile.profile, name="profile"),
 ]

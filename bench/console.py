@@ -5,9 +5,10 @@
 Seeds a PostgreSQL database of its own (agentops_bench_console) with the data of a busy
 deployment — 100,000 runs, 1,000,000 events, 10,000 pending approvals — in bulk SQL, and measures
 the pages an operator lives in: the inbox, the runs list (no filter, a status filter, an agent and
-version filter, a text search, an id search, the next page) and the run page. Server time is the
-Django request handling (middleware, view, queries, templates) through the test client, in the
-process that holds the data; p50 and p95 over `--requests` requests per page after a warm-up.
+version filter, a text search, an id search, a search in tool results, the next page) and the run
+page. Server time is the Django request handling (middleware, view, queries, templates) through
+the test client, in the process that holds the data; p50 and p95 over `--requests` requests per
+page after a warm-up.
 
 The baseline measured in the same run is the same pages on the same database with 1% of the data
 (1,000 runs): the query count of a page must not grow with the data, and its time should not
@@ -83,7 +84,7 @@ class Seeded:
             "INSERT INTO agentops_run (id, session_id, seq, agent, version, fingerprint, status, "
             "  input, output, error, transcript, attention_reason, attention_detail, "
             "  blocked_operation, lease_owner, lease_expires_at, fence, steps, next_attempt_at, "
-            "  created_at, updated_at, finished_at) "
+            "  error_kind, crashed_claims, last_crash, created_at, updated_at, finished_at) "
             "SELECT md5('r' || g)::uuid, md5('s' || g)::uuid, 1, 'bench', '1', %(fingerprint)s, "
             f"  {STATUS_OF}, 'Where is order A-' || g || '?', "
             "  CASE WHEN g %% 10 >= 4 THEN 'It shipped.' ELSE '' END, "
@@ -92,7 +93,7 @@ class Seeded:
             "  CASE WHEN g %% 10 = 1 THEN "
             '    \'{"message": "bench version 1 is not registered", "differences": []}\' '
             "  ELSE '{}' END::jsonb, '', '', NULL, 1, 1, "
-            "  CASE WHEN g %% 10 = 2 THEN now() + interval '1 hour' END, "
+            "  CASE WHEN g %% 10 = 2 THEN now() + interval '1 hour' END, '', 0, '', "
             "  now() - make_interval(secs => %(last)s - g), "
             "  now() - make_interval(secs => %(last)s - g), "
             "  CASE WHEN g %% 10 >= 3 THEN now() - make_interval(secs => %(last)s - g) END "
@@ -113,7 +114,8 @@ class Seeded:
             "SELECT md5('r' || g)::uuid, 'step-1/tool/toolu_01_0', 'tool', 'get_order', 'safe', "
             '  \'completed\', (\'{"tool": "get_order", "arguments": {"order_id": "A-\' '
             "  || g || '\"}}')::jsonb, md5('t' || g), "
-            '  (\'{"order_id": "A-\' || g || \'", "status": "paid"}\')::jsonb, false, \'\', '
+            '  (\'{"order_id": "A-\' || g || \'", "customer": "Customer \' || g || \'", '
+            '  "status": "paid"}\')::jsonb, false, \'\', '
             "  NULL, 1, now(), now() "
             "FROM generate_series(%(first)s, %(last)s) g WHERE g %% 10 <> 0",
             # The pending approvals of the waiting runs (one run in ten).
@@ -160,6 +162,8 @@ class Seeded:
             "runs list, agent + version": "/runs/?agent=bench&version=1",
             "runs list, text search": f"/runs/?q=A-{completed}",
             "runs list, id search": f"/runs/?q={_uuid('r', completed)}",
+            # Found only in a tool call's result (a customer's name).
+            "runs list, result search": f"/runs/?q=Customer {completed}",
             "runs list, next page": f"/runs/?before={first_page.older}",
             "run page (completed)": f"/runs/{Run.objects.get(pk=_uuid('r', completed)).pk}/",
             "run page (waiting)": f"/runs/{_uuid('r', waiting)}/",

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from demo import payments
 from demo.brain import RefundDeskBrain
-from runtime import Agent, ModelRetry, ToolContext, ask_operator, tool
+from runtime import Agent, ModelRetry, Money, Presentation, ToolContext, ask_operator, tool
 
 
 class OrderRef(BaseModel):
@@ -116,7 +116,45 @@ def _refund_lookup(operation_id: str) -> RefundReceipt | None:
     )
 
 
-@tool(recovery="manual", requires_approval=True, lookup=_refund_lookup)
+USD = Money("USD")
+# Refunds from this amount up ask the approver to confirm once more.
+HIGH_RISK_CENTS = 10_000
+
+
+def _refund_facts(args: RefundRequest) -> dict[str, object]:
+    """What an approver of a refund needs to know about the order, from the payments service."""
+    order = payments.get_order(args.order_number)
+    refunded = payments.refunded_cents(order)
+    return {
+        "Customer": f"{order.customer.name} <{order.customer.email}>",
+        "Item": order.item,
+        "Order total": order.total_cents,
+        "Refunded so far": refunded,
+        "Refunded after this refund": refunded + args.amount_cents,
+        "Left to refund after it": order.total_cents - refunded - args.amount_cents,
+    }
+
+
+REFUND_PRESENTATION = Presentation(
+    formats={
+        "amount_cents": USD,
+        "Order total": USD,
+        "Refunded so far": USD,
+        "Refunded after this refund": USD,
+        "Left to refund after it": USD,
+    },
+    context=_refund_facts,
+    subject=lambda args: f"order {args.order_number}",
+    high_risk=lambda args: args.amount_cents >= HIGH_RISK_CENTS,
+)
+
+
+@tool(
+    recovery="manual",
+    requires_approval=True,
+    lookup=_refund_lookup,
+    presentation=REFUND_PRESENTATION,
+)
 def refund_order(args: RefundRequest, ctx: ToolContext) -> RefundReceipt:
     """Refund part or all of an order. Needs an approver; never repeated after a crash."""
     made = payments.refund(

@@ -160,6 +160,45 @@ ApprovalRule = bool | Callable[[Any], bool]
 
 
 @dataclass(frozen=True)
+class Money:
+    """A value format: an integer amount in minor units, e.g. Money("USD") shows 4000 as $40.00.
+
+    currency: the ISO 4217 code (default "USD"). exponent: minor units per major unit, as a
+    power of ten (default 2: cents).
+    """
+
+    currency: str = "USD"
+    exponent: int = 2
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[A-Z]{3}$", self.currency):
+            raise AgentDefinitionError(
+                f"Money.currency must be an ISO 4217 code, got {self.currency!r}"
+            )
+        if not isinstance(self.exponent, int) or not 0 <= self.exponent <= 4:
+            raise AgentDefinitionError(f"Money.exponent must be 0 to 4, got {self.exponent!r}")
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How the console shows a call of the tool to the person who decides on it.
+
+    Display only: it changes nothing the run does, so it is not part of the agent's fingerprint.
+    formats: argument or fact name -> its format, e.g. {"amount_cents": Money("USD")}.
+    context: context(args) -> the facts an approver needs, {label: value}; called each time the
+        decision page is shown (a failure is shown, not raised).
+    subject: subject(args) -> what the call acts on, e.g. "order 1003": the console lists the
+        other pending and recent calls of the tool on the same subject.
+    high_risk: high_risk(args) -> True to ask the approver to confirm an approval once more.
+    """
+
+    formats: Mapping[str, Money] = field(default_factory=dict)
+    context: Callable[[Any], Mapping[str, Any]] | None = None
+    subject: Callable[[Any], str] | None = None
+    high_risk: Callable[[Any], bool] | None = None
+
+
+@dataclass(frozen=True)
 class Tool:
     """A tool the model may call. Build it with `@tool`."""
 
@@ -173,6 +212,7 @@ class Tool:
     # Asks the external system what became of an operation id; None if it never happened.
     lookup: Lookup | None = None
     is_question: bool = False
+    presentation: Presentation = field(default_factory=Presentation, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -235,6 +275,7 @@ def tool(
     recovery: Recovery = "manual",
     requires_approval: ApprovalRule = False,
     lookup: Lookup | None = None,
+    presentation: Presentation | None = None,
 ) -> Any:
     """Declare a tool from `def handler(args: InputModel, ctx: ToolContext) -> OutputModel`.
 
@@ -244,6 +285,8 @@ def tool(
     requires_approval: True, or a predicate over the validated input, to ask an operator first.
     lookup: `lookup(operation_id)` returns the external system's record of the operation, or
         None; the reconcile page shows it for the operator to confirm.
+    presentation: how the console shows a call to its approver (display only: not part of the
+        fingerprint).
     """
 
     def build(handler: Handler) -> Tool:
@@ -257,6 +300,7 @@ def tool(
             recovery=recovery,
             requires_approval=requires_approval,
             lookup=lookup,
+            presentation=presentation or Presentation(),
         )
 
     return build(func) if func is not None else build

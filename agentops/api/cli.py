@@ -178,15 +178,25 @@ def _respond(client: Client, args: argparse.Namespace, out: TextIO, response: An
 
 
 def _resolve(client: Client, args: argparse.Namespace, out: TextIO) -> Any:
-    try:
-        result = json.loads(args.result)
-    except ValueError as exc:
-        raise CliError("invalid_result", f"--result is not JSON: {exc}", status=2) from None
+    if (args.result is None) == (args.did_not_happen is None):
+        raise CliError("usage", "give either --result (it happened) or --did-not-happen", status=2)
+    result = None
+    if args.result is not None:
+        try:
+            result = json.loads(args.result)
+        except ValueError as exc:
+            raise CliError("invalid_result", f"--result is not JSON: {exc}", status=2) from None
     run_id = _id(args.run)
     key = args.key or client.call("GET", f"/runs/{run_id}")["blocked_operation"]
     if not key:
         raise CliError("not_blocked", f"run {run_id} is not blocked on an operation")
-    body = {"operation_key": key, "result": result, "evidence": args.evidence}
+    outcome = {None: "result", "run-again": "not_run_again", "tell-model": "not_run_tell_model"}
+    body = {
+        "operation_key": key,
+        "outcome": outcome[args.did_not_happen],
+        "result": result,
+        "evidence": args.evidence,
+    }
     op = client.call("POST", f"/runs/{run_id}/resolve", body)
     if args.json:
         return op
@@ -243,7 +253,12 @@ def parser() -> argparse.ArgumentParser:
     answer.add_argument("text")
     resolve = commands.add_parser("resolve", help="supply the verified result, with evidence")
     resolve.add_argument("run")
-    resolve.add_argument("--result", required=True, help="the result as JSON")
+    resolve.add_argument("--result", help="the call happened: its verified result, as JSON")
+    resolve.add_argument(
+        "--did-not-happen",
+        choices=["run-again", "tell-model"],
+        help="the call did not happen: run it once more, or tell the model so",
+    )
     resolve.add_argument("--evidence", required=True, help="what you checked")
     resolve.add_argument("--key", help="the operation (default: the one the run is blocked on)")
     retry = commands.add_parser("retry", help="retry a failed or blocked run")

@@ -280,7 +280,12 @@ def resolve(request: HttpRequest, run_id: uuid.UUID, payload: schemas.ResolveIn)
     """Supply the verified result of the operation the run is blocked on, with evidence."""
     actor = allow(request, Scope.RESOLVE)
     return control.resolve(
-        run_id, payload.operation_key, payload.result, evidence=payload.evidence, actor=actor
+        run_id,
+        payload.operation_key,
+        payload.result,
+        evidence=payload.evidence,
+        actor=actor,
+        outcome=payload.outcome,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from ninja import Schema
 from pydantic import AliasChoices, ConfigDict, Field, StrictBool
 
+from runtime.control import RESOLVE_OUTCOMES, RESULT
 from runtime.models import InteractionKind, InteractionStatus, OperationStatus, RunStatus
 
 
@@ -49,7 +50,16 @@ class RespondIn(Strict):
 
 class ResolveIn(Strict):
     operation_key: str = Field(description="The operation the run is blocked on.")
-    result: Any = Field(description="The verified result, valid against the tool's output schema.")
+    outcome: str = Field(
+        RESULT,
+        json_schema_extra={"enum": list(RESOLVE_OUTCOMES)},
+        description="What the check found: `result` (the call happened; `result` is its "
+        "verified result), `not_run_again` (it did not happen; run it once more with the same "
+        "operation id) or `not_run_tell_model` (it did not happen; the model is told so).",
+    )
+    result: Any = Field(
+        None, description="With `result`: the verified result, valid against the output schema."
+    )
     evidence: str = Field(description="What was checked, e.g. the receipt id in the other system.")
 
 

@@ -8,14 +8,97 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from runtime import Money
 
 register = template.Library()
+
+# Characters that change how text around them is shown without being seen themselves: the
+# bidirectional controls (U+202E turns "gnp.exe" into what looks like "exe.png") and the
+# zero-width characters (two ids that look equal but differ). Each is shown by its code point.
+INVISIBLE = {
+    "\u00ad": "soft hyphen",
+    "\u061c": "Arabic letter mark",
+    "\u115f": "Hangul choseong filler",
+    "\u1160": "Hangul jungseong filler",
+    "\u180e": "Mongolian vowel separator",
+    "\u200b": "zero width space",
+    "\u200c": "zero width non-joiner",
+    "\u200d": "zero width joiner",
+    "\u200e": "left-to-right mark",
+    "\u200f": "right-to-left mark",
+    "\u202a": "left-to-right embedding",
+    "\u202b": "right-to-left embedding",
+    "\u202c": "pop directional formatting",
+    "\u202d": "left-to-right override",
+    "\u202e": "right-to-left override",
+    "\u2060": "word joiner",
+    "\u2061": "function application",
+    "\u2062": "invisible times",
+    "\u2063": "invisible separator",
+    "\u2064": "invisible plus",
+    "\u2066": "left-to-right isolate",
+    "\u2067": "right-to-left isolate",
+    "\u2068": "first strong isolate",
+    "\u2069": "pop directional isolate",
+    "\u3164": "Hangul filler",
+    "\ufeff": "zero width no-break space",
+}
+_INVISIBLE = re.compile("[" + "".join(INVISIBLE) + "]")
+CURRENCY_SIGNS = {"USD": "$", "EUR": "€", "GBP": "£", "JPY": "¥"}
+
+
+def reveal(value: Any) -> SafeString:
+    """`value` as escaped text in which every invisible character is shown by its code point.
+
+    The characters themselves are left out, so none of them can reorder or hide what follows.
+    """
+    text = str(value)
+    parts: list[str] = []
+    last = 0
+    for found in _INVISIBLE.finditer(text):
+        char = found.group()
+        parts.append(escape(text[last : found.start()]))
+        parts.append(
+            format_html(
+                '<span class="hidden-char" title="{}">{}</span>',
+                INVISIBLE[char],
+                f"U+{ord(char):04X}",
+            )
+        )
+        last = found.end()
+    parts.append(escape(text[last:]))
+    # Safe: every part was escaped or built by format_html.
+    return mark_safe("".join(parts))
+
+
+def has_invisible(value: Any) -> bool:
+    return _INVISIBLE.search(str(value)) is not None
+
+
+@register.filter
+def shown(value: Any) -> SafeString:
+    """Agent- or user-supplied text for a page: escaped, invisible characters made visible."""
+    return reveal("" if value is None else value)
+
+
+def format_money(value: Any, money: Money) -> str:
+    """An integer amount in minor units as its amount in the currency ("$40.00")."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return str(value)
+    sign = "-" if value < 0 else ""
+    major, minor = divmod(abs(value), 10**money.exponent)
+    amount = f"{major:,}" + (f".{minor:0{money.exponent}d}" if money.exponent else "")
+    symbol = CURRENCY_SIGNS.get(money.currency)
+    return f"{sign}{symbol}{amount}" if symbol else f"{sign}{amount} {money.currency}"
+
 
 EVENT_LABELS = {
     "submitted": "Submitted",
@@ -42,10 +125,14 @@ EVENT_LABELS = {
 }
 
 
-@register.filter
-def pretty_json(value: Any) -> str:
-    """Indented JSON text (escaped by the template like any other text)."""
+def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def pretty_json(value: Any) -> SafeString:
+    """Indented JSON, escaped, with invisible characters made visible."""
+    return reveal(_pretty(value))
 
 
 @register.filter
@@ -55,10 +142,41 @@ def json_text(value: Any) -> str:
 
 
 @register.filter
-def compact_json(value: Any, length: int = 140) -> str:
-    """One line of JSON, cut at `length` characters."""
+def compact_json(value: Any, length: int = 140) -> SafeString:
+    """One line of JSON, cut at `length` characters, invisible characters made visible."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    return text if len(text) <= length else text[: length - 1] + "…"
+    return reveal(text if len(text) <= length else text[: length - 1] + "…")
+
+
+@register.filter
+def seconds(value: dt.timedelta) -> str:
+    """A duration as people say it: "0.42 s", "12 s", "3 min 05 s"."""
+    total = value.total_seconds()
+    if total < 10:
+        return f"{total:.2f} s"
+    if total < 60:
+        return f"{total:.0f} s"
+    minutes, rest = divmod(round(total), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+@register.filter
+def lockout_duration(value: dt.timedelta) -> str:
+    """A lockout's length as people say it: "15 minutes", "1 hour 30 minutes"."""
+    minutes = max(1, round(value.total_seconds() / 60))
+    hours, rest = divmod(minutes, 60)
+    parts = [f"{hours} hour{'s' if hours != 1 else ''}"] if hours else []
+    if rest or not hours:
+        parts.append(f"{rest} minute{'s' if rest != 1 else ''}")
+    return " ".join(parts)
+
+
+@register.filter
+def took(op: Any) -> str:
+    """How long an operation took from its intent to its outcome ("" without an outcome)."""
+    if op.outcome_at is None:
+        return ""
+    return seconds(op.outcome_at - op.intent_at)
 
 
 @register.filter
@@ -102,14 +220,14 @@ def blocks(content: Any) -> list[dict[str, Any]]:
 
 
 @register.filter
-def tool_result_text(block: dict[str, Any]) -> str:
+def tool_result_text(block: dict[str, Any]) -> SafeString:
     """A tool_result block's content, pretty-printed when it is JSON."""
     content = block.get("content", "")
     if isinstance(content, str):
         try:
             return pretty_json(json.loads(content))
         except ValueError:
-            return content
+            return reveal(content)
     return pretty_json(content)
 
 
@@ -135,38 +253,25 @@ def server_now() -> str:
     return iso(timezone.now())
 
 
-@register.simple_tag
-def at(value: dt.datetime | None) -> SafeString | str:
-    """An absolute time."""
+def _when(value: dt.datetime | None, mark: str) -> SafeString | str:
+    # The absolute time in UTC is the text without JavaScript; console.js rewrites it to
+    # "3m ago · 2025-01-02 16:01:05 CET" in the operator's time zone. Rendered the same at any
+    # moment, so a pushed fragment equals a fresh page.
     if value is None:
         return "—"
-    return format_html('<time datetime="{}">{}</time>', iso(value), _utc(value))
-
-
-@register.simple_tag
-def clock(value: dt.datetime | None) -> SafeString | str:
-    """A compact time for tables and timelines ("Nov 29 16:01:05"); the full time on hover."""
-    if value is None:
-        return "—"
-    return format_html(
-        '<time datetime="{}" title="{}">{}</time>',
-        iso(value),
-        _utc(value),
-        value.astimezone(dt.UTC).strftime("%b %d %H:%M:%S"),
-    )
+    return format_html('<time datetime="{}" {}>{}</time>', iso(value), mark, _utc(value))
 
 
 @register.simple_tag
-def ago(value: dt.datetime | None) -> SafeString | str:
-    """A time shown as its age ("3m ago"), ticking client-side; absolute without JavaScript.
+def when(value: dt.datetime | None) -> SafeString | str:
+    """A moment, the one way the console shows one: relative and absolute, both as text."""
+    return _when(value, "data-when")
 
-    Rendered the same at any moment, so a pushed fragment equals a fresh page.
-    """
-    if value is None:
-        return "—"
-    return format_html(
-        '<time datetime="{}" title="{}" data-age>{}</time>', iso(value), _utc(value), _utc(value)
-    )
+
+# The older names of the one format, kept for the templates that use them.
+at = register.simple_tag(when, name="at")
+clock = register.simple_tag(when, name="clock")
+ago = register.simple_tag(when, name="ago")
 
 
 @register.simple_tag
@@ -174,11 +279,11 @@ def countdown(value: dt.datetime | None) -> SafeString | str:
     """A countdown to `value` ("in 0:42"), ticking client-side from the absolute time."""
     if value is None:
         return "—"
+    # The countdown's text is only the time left; the exact time is beside it, as text.
     return format_html(
-        '<time datetime="{}" title="{}" data-countdown>{}</time>',
+        '{}<span class="countdown-at" data-at="{}"></span>',
+        _when(value, "data-countdown"),
         iso(value),
-        _utc(value),
-        _utc(value),
     )
 
 

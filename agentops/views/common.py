@@ -7,6 +7,7 @@ the runtime's message and a 4xx status, and nothing changed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ VIEW = "agentops.view_run"
 RESPOND = "agentops.respond_run"
 RESOLVE = "agentops.resolve_run"
 CONTROL = "agentops.control_run"
+
+NOTICE_EVENT = "agentops:notice"
 
 V = TypeVar("V", bound=Callable[..., HttpResponse])
 
@@ -71,11 +74,20 @@ def reply(
     oob: Iterable[str] = (),
     status: int = 200,
 ) -> HttpResponse:
-    """The fragment (and `oob` fragments, swapped out of band) for htmx, else the whole page."""
+    """The fragment (and `oob` fragments, swapped out of band) for htmx, else the whole page.
+
+    An action's notice is in the fragment, and also in an event (HX-Trigger-After-Settle) that
+    console.js turns into the page's notice area: the live push that follows the action
+    re-renders the fragment, and would take a notice inside it away at once. (Not an
+    out-of-band swap: when that push lands first, htmx looks the target up from the replaced
+    form, outside the document, and finds none.)
+    """
     if request.htmx:
         html = render_to_string(fragment, context, request)
         html += "".join(render_to_string(name, {**context, "oob": True}, request) for name in oob)
         response = HttpResponse(html, status=status)
+        # ASCII JSON (json.dumps escapes the rest): a header carries no raw non-ASCII text.
+        response["HX-Trigger-After-Settle"] = json.dumps({NOTICE_EVENT: context.get("notice", "")})
     else:
         response = render(request, page_template, context, status=status)
     patch_vary_headers(response, ["HX-Request"])

@@ -20,8 +20,10 @@ from runtime.models import TERMINAL_STATUSES, Run, RunStatus
 
 def _reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:
     run.refresh_from_db()
-    context = live(f"/ws/runs/{run.pk}/")
-    context.update(selectors.run_detail(run), **extra)
+    # The timeline in the view the page shows (htmx says which page that is).
+    every_event = "events=all" in request.headers.get("HX-Current-URL", "")
+    context = live(f"/ws/runs/{run.pk}/" + ("?events=all" if every_event else ""))
+    context.update(selectors.run_detail(run, every_event=every_event), **extra)
     return reply(
         request,
         page_template="agentops/run.html",

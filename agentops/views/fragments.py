@@ -88,13 +88,13 @@ def _inbox(request: HttpRequest, changes: frozenset[str]) -> list[str]:
     return _render([INBOX], selectors.inbox(), request) if STATUS in changes else []
 
 
-def _run(run_id: uuid.UUID) -> Renderer:
+def _run(run_id: uuid.UUID, every_event: bool) -> Renderer:
     def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
         run = Run.objects.select_related("session").filter(pk=run_id).first()
         if run is None or not changes:
             return []
         names = ([RUN_HEADER] if STATUS in changes else []) + list(RUN_BODY)
-        return _render(names, selectors.run_detail(run), request)
+        return _render(names, selectors.run_detail(run, every_event=every_event), request)
 
     return render
 
@@ -123,14 +123,19 @@ def _reconcile(run_id: uuid.UUID, key: str) -> Renderer:
     return render
 
 
-def live_page(name: str, ident: uuid.UUID | None, key: str = "") -> LivePage | None:
-    """The live page `name` for object `ident`, or None if that object does not exist."""
+def live_page(
+    name: str, ident: uuid.UUID | None, key: str = "", events: str = ""
+) -> LivePage | None:
+    """The live page `name` for object `ident`, or None if that object does not exist.
+
+    `key`: the operation a reconcile page shows; `events`: "all" on a run page showing every
+    event of its timeline."""
     if name == "inbox":
         return LivePage((live.INBOX_GROUP,), None, _inbox)
     if ident is None:
         return None
     if name == "run" and Run.objects.filter(pk=ident).exists():
-        return LivePage((live.run_group(ident),), ident, _run(ident))
+        return LivePage((live.run_group(ident),), ident, _run(ident, events == "all"))
     if name == "reconcile" and Run.objects.filter(pk=ident).exists():
         return LivePage((live.run_group(ident),), ident, _reconcile(ident, key))
     if name == "interaction":

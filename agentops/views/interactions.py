@@ -8,8 +8,9 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 
-from agentops import selectors
+from agentops import decisions, selectors
 from agentops.forms import AnswerForm, ApprovalForm
 from agentops.views.common import RESPOND, action, actor, error_status, live, page, reply
 from agentops.views.fragments import INTERACTION
@@ -51,10 +52,22 @@ def _done(found: Interaction, user: str) -> str:
     return f"Rejected {found.tool_name}: the agent will see your reason."
 
 
+def _next_url(found: Interaction) -> str:
+    """Where "approve and open the next" goes: the next pending approval, else the inbox."""
+    following = selectors.next_approval(found)
+    if following is None:
+        return reverse("console:inbox")
+    return reverse("console:interaction", args=[following.pk])
+
+
 @action(RESPOND)
 def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
     form = _form_class(found)(request.POST)
+    if isinstance(form, ApprovalForm):
+        tool = decisions.code_tool(found.run, found.tool_name)
+        if decisions.is_high_risk(tool, (found.payload or {}).get("arguments")):
+            form.require_confirmation()
     status, notice = 400, ""
     if form.is_valid():
         try:
@@ -64,6 +77,14 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
             status = error_status(exc)
         else:
             status, notice = 200, _done(found, actor(request))
+            if request.GET.get("then") == "next":
+                messages.success(request, notice)
+                if request.htmx:
+                    # A whole new page (its own live connection): htmx navigates the browser.
+                    response = HttpResponse(status=204)
+                    response["HX-Redirect"] = _next_url(found)
+                    return response
+                return redirect(_next_url(found))
             if not request.htmx:
                 messages.success(request, notice)
                 return redirect("console:run", run_id=found.run_id)

@@ -34,6 +34,7 @@ def runs(request: HttpRequest) -> HttpResponse:
 @page
 def run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     found = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
-    context = live(f"/ws/runs/{found.pk}/")
-    context.update(selectors.run_detail(found))
+    every_event = request.GET.get("events") == "all"
+    context = live(f"/ws/runs/{found.pk}/" + ("?events=all" if every_event else ""))
+    context.update(selectors.run_detail(found, every_event=every_event))
     return render(request, "agentops/run.html", context)

@@ -115,8 +115,32 @@ def test_r3_resolve_with_evidence_as_the_account(world: Any, api: Api) -> None:
 
 
 @pytest.mark.parametrize(
+    ("outcome", "status", "is_error"),
+    [("not_run_again", "not_run", False), ("not_run_tell_model", "completed", True)],
+)
+def test_r4_resolve_a_call_that_did_not_happen(
+    world: Any, api: Api, outcome: str, status: str, is_error: bool
+) -> None:
+    run = world.run("blocked")
+    body = {"operation_key": run.blocked_operation, "outcome": outcome, "evidence": "no charge"}
+    response = api.post(f"/runs/{run.pk}/resolve", body)
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == status
+    assert response.json()["is_error"] is is_error
+    event = Event.objects.get(run=run, kind="operation_resolved")
+    assert (event.actor, event.data["outcome"]) == ("api:ci", outcome)
+    assert Run.objects.get(pk=run.pk).status == "queued"
+
+
+@pytest.mark.parametrize(
     ("body", "status", "code"),
     [
+        ({"outcome": "maybe", "evidence": "x"}, 422, "invalid_input"),
+        (
+            {"outcome": "not_run_again", "result": {"receipt_id": "r"}, "evidence": "x"},
+            422,
+            "invalid_input",
+        ),
         ({"result": {"receipt_id": 5}, "evidence": "x"}, 422, "invalid_input"),
         ({"result": {"receipt_id": "r"}, "evidence": " "}, 422, "invalid_input"),
         ({"result": {"receipt_id": "r"}}, 422, "invalid_request"),

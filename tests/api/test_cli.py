@@ -108,6 +108,19 @@ def test_resolve_the_blocked_operation_with_evidence(cli: Any, world: Any) -> No
     assert (event.actor, event.data["evidence"]) == ("api:ops", "ledger")
 
 
+def test_resolve_a_call_that_did_not_happen(cli: Any, world: Any) -> None:
+    run = world.run("blocked")
+    status, out, _ = cli(
+        "resolve", str(run.pk), "--did-not-happen", "tell-model", "--evidence", "none"
+    )
+    assert status == 0, out
+    event = Event.objects.get(run=run, kind="operation_resolved")
+    assert (event.actor, event.data["outcome"]) == ("api:ops", "not_run_tell_model")
+    status, _, err = cli("resolve", str(run.pk), "--evidence", "none")
+    assert status == 2
+    assert "--result" in err or "--did-not-happen" in err
+
+
 def test_retry_and_cancel(cli: Any, world: Any) -> None:
     failed = world.run("failed")
     assert cli("retry", str(failed.pk)) == (0, f"run {failed.pk}  queued\n", "")

@@ -39,13 +39,15 @@ def test_it_approves_a_refund_from_the_live_inbox_and_refunds_once(desk, people,
     inbox.wait_for_url(f"**/interactions/{desk.pending(run).pk}/")
     alice.wait_live()
     assert inbox.locator("h1 code").inner_text() == "refund_order"
-    arguments = json.loads(inbox.locator("pre.args").inner_text())
+    arguments = json.loads(text_of(inbox, "pre.args"))
     assert arguments["order_number"] == "1001"
     assert arguments["amount_cents"] == 4000
     assert "bowl arrived cracked" in text_of(inbox, ".context")
     alice.shot("approval-page")
 
-    answer = click_for_answer(inbox, inbox.get_by_role("button", name="Approve"), "/respond/")
+    answer = click_for_answer(
+        inbox, inbox.get_by_role("button", name="Approve", exact=True), "/respond/"
+    )
     assert answer.status == 200
     assert "Approved refund_order: the run continues." in answer.text()
     inbox.locator(".decided", has_text="Approved by alice").wait_for()
@@ -135,7 +137,7 @@ def test_it_lets_one_of_two_operators_decide_and_shows_the_other_who(desk, peopl
         alice_page.expect_response(respond) as alice_answer,
         bob_page.expect_response(respond) as bob_answer,
     ):
-        alice_page.get_by_role("button", name="Approve").click(no_wait_after=True)
+        alice_page.get_by_role("button", name="Approve", exact=True).click(no_wait_after=True)
         bob_page.get_by_role("button", name="Reject").click(no_wait_after=True)
     answers = {"alice": alice_answer.value, "bob": bob_answer.value}
     statuses = {name: answer.status for name, answer in answers.items()}

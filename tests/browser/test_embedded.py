@@ -51,7 +51,7 @@ def test_it_approves_a_refund_in_the_embedded_setup(embedded_desk, people, shots
     assert alice.watch.problems() == []
     alice.shot("reject-without-reason")
 
-    inbox.get_by_role("button", name="Approve").click()
+    inbox.get_by_role("button", name="Approve", exact=True).click()
     inbox.locator(".decided").wait_for()
     inbox.get_by_role("link", name="Follow the run").click()
     alice.wait_live()

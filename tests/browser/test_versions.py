@@ -56,7 +56,7 @@ def test_it_manages_versions_from_the_admin_and_unblocks_a_run_on_the_board(desk
     stack.deploy(**{EDITED_ENV: "1"})
     alice = people(stack, "alice")
     page = alice.open(f"/interactions/{desk.pending(run).pk}/")
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
     page.locator(".decided").wait_for()
     blocked = desk.wait_status(run, RunStatus.NEEDS_ATTENTION)
     assert blocked.attention_reason == AttentionReason.FINGERPRINT_MISMATCH

@@ -171,10 +171,19 @@ def test_e8_every_verb_validates_its_arguments_with_a_stable_code(define, bad):
 
 def test_r4_a_call_that_did_not_happen_runs_again_or_the_model_is_told(charger, effects):
     blocked = blocked_charge()
+    calls_before = sum(effects.calls.values())
     resolve(blocked.pk, KEY, evidence="no charge", actor="rita", outcome="not_run_again")
     op = Operation.objects.get(run=blocked, key=KEY)
-    assert op.status == OperationStatus.NOT_RUN  # the engine runs it again, same operation id
+    assert op.status == OperationStatus.NOT_RUN
     assert Run.objects.get(pk=blocked.pk).status == RunStatus.QUEUED
+    # The manual call runs once more, with the same operation id, and the run goes on.
+    blocked = recover(blocked.pk)
+    assert blocked.status == RunStatus.COMPLETED
+    operation_id = f"{blocked.pk}:{KEY}"
+    assert sum(effects.calls.values()) == calls_before + 1
+    assert effects.calls[operation_id] == calls_before + 1
+    op.refresh_from_db()
+    assert (op.status, op.is_error) == (OperationStatus.COMPLETED, False)
 
     other = blocked_charge()
     resolve(other.pk, KEY, evidence="no charge", actor="sam", outcome="not_run_tell_model")

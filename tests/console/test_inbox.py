@@ -32,7 +32,7 @@ def test_it_lists_every_kind_of_work_waiting_for_a_person(world, as_user):
     assert "1 of 3" in html  # the attempt count
     assert "provider overloaded" in html
     assert "data-countdown" in html  # ticks client-side from next_attempt_at
-    assert "data-age" in html  # the age of the oldest item in each queue
+    assert "data-when" in html  # the age of the oldest item in each queue
 
 
 def test_it_counts_runs_by_status(world, as_user):

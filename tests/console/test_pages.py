@@ -148,7 +148,9 @@ def test_it_shows_the_approval_with_the_agents_last_words_and_context(world, as_
     run = world.run("waiting")
     interaction = world.pending(run)
     html = as_user("viewer").get(f"/interactions/{interaction.pk}/").content.decode()
-    assert "Approve or reject <code>refund</code>" in html
+    # A viewer cannot approve: the heading does not offer it.
+    assert "Approval of <code>refund</code>" in html
+    assert "Approve or reject" not in html
     assert "&quot;amount_cents&quot;: 500" in html  # pretty, escaped JSON arguments
     assert "please refund order A1" in html  # the run's context
     assert "Refund an order; needs an approver." in html  # what the tool does
