@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agentops", "0004_runtime_edges"),
+        ("agentops", "0005_search_index"),
     ]
 
     operations = [
