@@ -47,6 +47,7 @@ COUNTED_STATUSES = (
     RunStatus.RETRY_WAIT,
     RunStatus.QUEUED,
     RunStatus.RUNNING,
+    RunStatus.PAUSED,
     RunStatus.FAILED,
 )
 RUNTIME = "runtime"

@@ -31,6 +31,9 @@ class Scope(models.TextChoices):
     RESOLVE = "resolve", "Reconcile uncertain operations"
     RETRY = "retry", "Retry runs"
     CANCEL = "cancel", "Cancel runs"
+    PAUSE = "pause", "Pause and resume runs"
+    FORK = "fork", "Fork runs"
+    BULK = "bulk", "Act on every run a filter matches"
 
 
 # The console's permission each scope also needs on the account's user.
@@ -42,6 +45,9 @@ SCOPE_PERMISSIONS: dict[str, str] = {
     Scope.RESOLVE: "agentops.resolve_run",
     Scope.RETRY: "agentops.control_run",
     Scope.CANCEL: "agentops.control_run",
+    Scope.PAUSE: "agentops.control_run",
+    Scope.FORK: "agentops.control_run",
+    Scope.BULK: "agentops.control_run",
 }
 
 account_name = RegexValidator(
