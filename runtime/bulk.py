@@ -11,6 +11,7 @@ entry; the job writes its own.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -64,6 +65,17 @@ class RunFilter(BaseModel):
         if unknown:
             raise ValueError(f"unknown status {', '.join(unknown)}")
         return sorted(set(value))
+
+    @field_validator("created_from", "created_to")
+    @classmethod
+    def _utc(cls, value: dt.datetime | None) -> dt.datetime | None:
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59 that Python accepts.
+        if value is None:
+            return None
+        try:
+            return value.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValueError("the time is out of range") from None
 
     @field_validator("agent", "version", "error", "tool")
     @classmethod

@@ -159,3 +159,13 @@ def test_it_refuses_a_bad_job_and_creates_nothing(define, action, filters, messa
         bulk.submit(action, filters, actor="bob")
     assert not BulkJob.objects.exists()
     assert not Event.objects.filter(kind__startswith="bulk_job").exists()
+
+
+def test_filter_times_are_kept_in_utc_whatever_offset_they_came_with(define):
+    _runs(define)
+    far = bulk.parse_filter({"created_from": "0306-02-28T12:07:50.9-17:21"})
+    assert far.created_from is not None
+    assert far.created_from.utcoffset() == dt.timedelta(0)
+    assert bulk.preview({"created_from": "0306-02-28T12:07:50.9-17:21"}).matched == 5
+    with pytest.raises(InvalidInput, match="out of range"):
+        bulk.parse_filter({"created_to": "0001-01-01T00:00:00+05:00"})
