@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,7 +141,7 @@ class ActionPreview:
     touch: int = 0
     refused: int = 0
     # Why runs would be refused, with how many each.
-    reasons: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, int] = field(default_factory=dict)
     # A few refused runs with their reason.
     examples: list[tuple[str, str]] = field(default_factory=list)
 
@@ -172,7 +171,8 @@ def preview(filters: Any) -> BulkPreview:
                 shown.touch += 1
                 continue
             shown.refused += 1
-            shown.reasons[_reason_kind(problem)] += 1
+            kind = _reason_kind(problem)
+            shown.reasons[kind] = shown.reasons.get(kind, 0) + 1
             if len(shown.examples) < REFUSED_SAMPLE:
                 shown.examples.append((str(run.pk), problem))
     return BulkPreview(matched=matched, actions=actions)
