@@ -151,9 +151,8 @@ def test_it_takes_like_wildcards_in_a_search_literally(world, as_user):
     assert f"run-row-{run.pk}" not in html
 
 
-def test_it_indexes_the_search_on_postgres(world, on_postgres):
-    if not on_postgres:
-        pytest.skip("the trigram indexes exist on PostgreSQL only")
+@pytest.mark.postgres  # the trigram indexes exist on PostgreSQL only
+def test_it_indexes_the_search_on_postgres(world):
     from django.db import connection
 
     with connection.cursor() as cursor:

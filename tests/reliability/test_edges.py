@@ -12,7 +12,8 @@ import pytest
 from runtime import cancel, register, submit
 from runtime.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
 from tests.reliability.agents import one_call
-from tests.reliability.harness import Cluster, wait_until
+from tests.reliability.harness import Cluster
+from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
