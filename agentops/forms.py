@@ -192,7 +192,9 @@ class ForkForm(forms.Form):
 
     def __init__(self, *args: Any, keys: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["acknowledge"].choices = [(key, key) for key in keys]
+        acknowledge = self.fields["acknowledge"]
+        assert isinstance(acknowledge, forms.MultipleChoiceField)
+        acknowledge.choices = [(key, key) for key in keys]
 
     def clean_input(self) -> Any:
         text = self.cleaned_data["input"].strip()

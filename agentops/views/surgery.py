@@ -15,12 +15,20 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django_htmx.middleware import HtmxDetails
 
 from agentops.forms import BulkFilterForm, BulkStartForm, ForkForm, PauseForm
 from agentops.views.common import CONTROL, action, actor, error_status, page, reply
 from runtime import bulk, surgery
 from runtime.errors import AgentOpsError
 from runtime.models import AgentVersion, BulkJob, BulkJobStatus, OperationKind, Run
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware hands it over (typed for mypy)."""
+
+    htmx: HtmxDetails
+
 
 RUN_SURGERY = "agentops/partials/run_surgery.html"
 FORK_PREVIEW = "agentops/partials/fork_preview.html"
@@ -44,7 +52,9 @@ def surgery_context(run: Run) -> dict[str, Any]:
     }
 
 
-def _surgery_reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:
+def _surgery_reply(
+    request: HtmxHttpRequest, run: Run, *, status: int, **extra: Any
+) -> HttpResponse:
     """The fragment for htmx; a plain POST goes back to the run page with the message."""
     if not request.htmx:
         if "action_error" in extra:
@@ -59,7 +69,7 @@ def _surgery_reply(request: HttpRequest, run: Run, *, status: int, **extra: Any)
 
 
 @action(CONTROL)
-def pause(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def pause(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     form = PauseForm(request.POST)
     form.is_valid()
@@ -74,7 +84,7 @@ def pause(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 
 @action(CONTROL)
-def resume(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def resume(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     try:
         surgery.resume_run(run.pk, actor=actor(request))
@@ -117,7 +127,7 @@ def _fork_context(run: Run, form: ForkForm, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _fork_reply(request: HttpRequest, context: dict[str, Any], *, status: int) -> HttpResponse:
+def _fork_reply(request: HtmxHttpRequest, context: dict[str, Any], *, status: int) -> HttpResponse:
     return reply(
         request,
         page_template="agentops/fork.html",
@@ -128,7 +138,7 @@ def _fork_reply(request: HttpRequest, context: dict[str, Any], *, status: int) -
 
 
 @page
-def fork_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def fork_page(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Choose where to fork; with `at`, the preview of a fork with the input as recorded."""
     run = get_object_or_404(Run.objects.select_related("parent"), pk=run_id)
     form = ForkForm(request.GET or None, keys=[])
@@ -146,7 +156,7 @@ def fork_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 
 @action(CONTROL)
-def fork_start(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def fork_start(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Preview with the edited input ("preview"), or start the fork ("start")."""
     run = get_object_or_404(Run, pk=run_id)
     form = ForkForm(request.POST, keys=request.POST.getlist("acknowledge"))
@@ -186,7 +196,7 @@ def fork_start(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 
 @page
-def bulk_page(request: HttpRequest) -> HttpResponse:
+def bulk_page(request: HtmxHttpRequest) -> HttpResponse:
     """The filter, and with it the preview: per action, the runs it touches and why not."""
     form = BulkFilterForm(request.GET or None)
     context: dict[str, Any] = {"form": form, "key": uuid.uuid4().hex}
@@ -212,7 +222,7 @@ def bulk_page(request: HttpRequest) -> HttpResponse:
 
 
 @action(CONTROL)
-def bulk_start(request: HttpRequest) -> HttpResponse:
+def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
     form = BulkStartForm(request.POST)
     if not form.is_valid():
         context = {"form": form, "key": uuid.uuid4().hex, "start_errors": form.errors}
@@ -232,7 +242,9 @@ def bulk_start(request: HttpRequest) -> HttpResponse:
     return redirect("console:bulk_job", job_id=job.pk)
 
 
-def _job_reply(request: HttpRequest, job: BulkJob, *, status: int, **extra: Any) -> HttpResponse:
+def _job_reply(
+    request: HtmxHttpRequest, job: BulkJob, *, status: int, **extra: Any
+) -> HttpResponse:
     job.refresh_from_db()
     context = {"job": job, "running": job.status == BulkJobStatus.RUNNING, **extra}
     return reply(
@@ -245,13 +257,13 @@ def _job_reply(request: HttpRequest, job: BulkJob, *, status: int, **extra: Any)
 
 
 @page
-def bulk_job(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
+def bulk_job(request: HtmxHttpRequest, job_id: uuid.UUID) -> HttpResponse:
     """A job's progress; the fragment polls itself while the job runs."""
     return _job_reply(request, get_object_or_404(BulkJob, pk=job_id), status=200)
 
 
 @action(CONTROL)
-def bulk_stop(request: HttpRequest, job_id: uuid.UUID) -> HttpResponse:
+def bulk_stop(request: HtmxHttpRequest, job_id: uuid.UUID) -> HttpResponse:
     job = get_object_or_404(BulkJob, pk=job_id)
     try:
         bulk.stop(job.pk, actor=actor(request))
