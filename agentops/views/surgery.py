@@ -30,7 +30,6 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-RUN_SURGERY = "agentops/partials/run_surgery.html"
 FORK_PREVIEW = "agentops/partials/fork_preview.html"
 BULK_PREVIEW = "agentops/partials/bulk_preview.html"
 BULK_JOB = "agentops/partials/bulk_job_progress.html"
@@ -63,7 +62,12 @@ def _surgery_reply(
             messages.success(request, extra.get("notice", ""))
         return redirect("console:run", run_id=run.pk)
     run.refresh_from_db()
-    response = render(request, RUN_SURGERY, {**surgery_context(run), **extra}, status=status)
+    response = render(
+        request,
+        "agentops/partials/run_surgery.html",
+        {**surgery_context(run), **extra},
+        status=status,
+    )
     response["Vary"] = "HX-Request"
     return response
 
