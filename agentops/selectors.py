@@ -49,6 +49,7 @@ COUNTED_STATUSES = (
     RunStatus.RETRY_WAIT,
     RunStatus.QUEUED,
     RunStatus.RUNNING,
+    RunStatus.PAUSED,
     RunStatus.FAILED,
 )
 # Kinds an operator's action records, offered as suggestions in the audit log's filter.

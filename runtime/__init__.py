@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         AgentDefinitionError,
         AgentOpsError,
         DurableConflictError,
+        ForkRefused,
         InteractionClosed,
         InteractionConflict,
         InvalidInput,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     )
     from runtime.llm.anthropic import AnthropicModel
     from runtime.registry import register, unregister
+    from runtime.surgery import ForkPreview, fork, fork_preview, pause
 
 # The modules of the public names.
 _MODULES = {
@@ -74,6 +76,7 @@ _MODULES = {
         "AgentDefinitionError",
         "AgentOpsError",
         "DurableConflictError",
+        "ForkRefused",
         "InteractionClosed",
         "InteractionConflict",
         "InvalidInput",
@@ -99,6 +102,7 @@ _MODULES = {
     "runtime.engine": ("advance",),
     "runtime.control": ("cancel", "list_runs", "resolve", "respond", "resume", "retry", "submit"),
     "runtime.registry": ("register", "unregister"),
+    "runtime.surgery": ("ForkPreview", "fork", "fork_preview", "pause"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -119,6 +123,8 @@ __all__ = [
     "AnthropicModel",
     "Cancelled",
     "DurableConflictError",
+    "ForkPreview",
+    "ForkRefused",
     "InteractionClosed",
     "InteractionConflict",
     "InvalidInput",
@@ -147,7 +153,10 @@ __all__ = [
     "advance",
     "ask_operator",
     "cancel",
+    "fork",
+    "fork_preview",
     "list_runs",
+    "pause",
     "register",
     "resolve",
     "respond",

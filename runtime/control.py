@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -43,6 +43,7 @@ from runtime.models import (
     RunStatus,
     Session,
 )
+from runtime.store import surgery as surgery_store
 
 MAX_MESSAGE_CHARS = 20_000
 MAX_EVIDENCE_CHARS = 4_000
@@ -247,7 +248,9 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
             moved = store.move_run(
                 interaction.run_id, RunStatus.QUEUED, sources=[RunStatus.WAITING], now=now
             )
-            if not moved:
+            # A run paused while waiting keeps the answer and goes on only once resumed.
+            paused = not moved and surgery_store.answered_while_paused(interaction.run_id)
+            if not moved and not paused:
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
             if interaction.kind == InteractionKind.QUESTION:
                 kind = EventKind.QUESTION_ANSWERED
@@ -264,7 +267,8 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
                 tool=interaction.tool_name,
                 response=answer,
             )
-            dispatch.enqueue_on_commit(interaction.run_id)
+            if not paused:
+                dispatch.enqueue_on_commit(interaction.run_id)
     # Fresh, with its run and session: what the caller renders, read once.
     interaction = Interaction.objects.select_related("run__session").get(pk=interaction.pk)
     if landed:
@@ -598,15 +602,31 @@ def list_runs(*statuses: str) -> Any:
     return Run.objects.filter(status__in=statuses or UNFINISHED_STATUSES).order_by("created_at")
 
 
-def resume() -> list[str]:
-    """Hand every run that can move now to the executor: startup discovery and the sweep.
+@overload
+def resume() -> list[str]: ...
 
-    Queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
-    only door into `running`, so handing a run over twice is harmless.
+
+@overload
+def resume(run_id: Any, *, actor: str) -> Run: ...
+
+
+def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
+    """Let runs move again.
+
+    `resume()`: hand every run that can move now to the executor — startup discovery and the
+    sweep: queued runs whose message was lost, expired leases and due retry timers. Claiming
+    stays the only door into `running`, so handing a run over twice is harmless.
+
+    `resume(run_id, actor=...)`: return a paused run exactly where it was paused (see
+    `runtime.surgery.resume_run`).
     """
+    if run_id is not None or actor is not None:
+        from runtime.surgery import resume_run
+
+        return resume_run(run_id, actor=_actor(actor))
     due = [str(pk) for pk in store.due_run_ids()]
-    for run_id in due:
-        dispatch.enqueue_on_commit(run_id)
+    for each in due:
+        dispatch.enqueue_on_commit(each)
     return due
 
 

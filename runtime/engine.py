@@ -14,6 +14,7 @@ to needs_attention; an operation re-run after crashes has an attempt budget.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import os
@@ -43,6 +44,7 @@ from runtime.models import (
     Run,
     RunStatus,
 )
+from runtime.store import surgery as surgery_store
 from runtime.transcript import (
     NUDGE,
     append,
@@ -110,6 +112,9 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
     except Exception as exc:  # a bug or a failed checkpoint: never leave the run `running`
         log.exception("run %s: the claim ended in an unexpected exception", run_id)
         _record_crash(run, exc)
+    # A pause asked for while the claim ended elsewhere (waiting, a retry timer, a block) takes
+    # effect now, before anyone can act on that state.
+    surgery_store.settle_pause(run.pk)
     return True
 
 
@@ -230,23 +235,20 @@ class _Turn:
     def execute(self) -> None:
         self._check_crash_loop()
         agent = self._checked_agent()
-        # A session's first run has no earlier transcript: skip the query.
-        history = session_history(self.run, runs=agent.history_runs) if self.run.seq > 1 else []
-        if history and agent.compact_history is not None:
-            history = joined([agent.compact_history(history)])
-        # `own` is this run's part, for its transcript; `messages` what the model is sent. Both
-        # grow alike: a message merges into the one before it only when their roles match, and
-        # after the first message that depends on `own` alone.
-        own: list[dict[str, Any]] = []
-        messages = joined([history])
+        own, messages = opening(self.run, agent)
+        # A fork's edited model requests: from that step on, the model is sent these messages.
+        edits: dict[str, Any] = self.run.fork_context.get("messages", {})
 
         def add(role: str, content: str | list[dict[str, Any]]) -> None:
             append(own, role, content)
             append(messages, role, content)
 
-        add("user", self.run.input)
         nudged = False
         for step in range(1, agent.max_steps + 1):
+            edited = edits.get(f"step-{step}/model")
+            if edited is not None:
+                # A fork's own part is all it sends (see `opening`), so both are the edit.
+                own[:], messages[:] = copy.deepcopy(edited), copy.deepcopy(edited)
             response = self._model_call(agent, step, messages)
             content = visible_content(response)
             if response.stop_reason == "pause_turn":
@@ -276,6 +278,12 @@ class _Turn:
             error=f"step budget exhausted: {agent.max_steps} model requests without a final answer",
             steps=agent.max_steps,
         )
+
+    def _pause_point(self) -> None:
+        """A durable boundary (no call in flight): pause here if an operator asked to."""
+        if surgery_store.pause_requested(self.run):
+            surgery_store.enter_pause(self.run)
+            raise _Stop
 
     def _finish(self, status: str, kind: EventKind, **fields: Any) -> None:
         data = {"error": fields["error"]} if "error" in fields else {}
@@ -371,6 +379,7 @@ class _Turn:
             return ModelResponse.model_validate(op.result)
         if op is not None:
             self._before_model_attempt(agent, op)
+        self._pause_point()
         faults.reach("before_intent", self.run, key, "model")
         op = store.write_intent(
             self.run,
@@ -482,18 +491,7 @@ class _Turn:
         """The tool specs and the step-independent part of the saved input, once per turn:
         rebuilding the JSON schemas for every step cost more than the step's durable writes."""
         if self._request_parts is None:
-            tools = [t.model_spec() for t in agent.tools]
-            parts: dict[str, Any] = {
-                "model": agent.model,
-                "system_sha256": digest(agent.instructions),
-                "tools": [t.name for t in agent.tools],
-                "tools_sha256": digest([t.model_dump() for t in tools]),
-                "max_tokens": agent.max_tokens,
-            }
-            # Only when set: requests logged before the setting existed keep their hash.
-            if agent.thinking_budget is not None:
-                parts["thinking_budget"] = agent.thinking_budget
-            self._request_parts = (tools, parts)
+            self._request_parts = request_parts(agent)
         return self._request_parts
 
     def _after_model_error(
@@ -611,6 +609,7 @@ class _Turn:
             if attempts >= operation_attempts():
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
+        self._pause_point()
         faults.reach("before_intent", self.run, key, tool.name)
         op = store.write_intent(
             self.run,
@@ -657,6 +656,7 @@ class _Turn:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
+            self._pause_point()
             if tool.is_question:
                 kind, payload = InteractionKind.QUESTION, args.model_dump(mode="json")
             else:
@@ -687,6 +687,44 @@ class _Turn:
             }
             return rejection, OperationStatus.REJECTED, True
         return None
+
+
+def opening(run: Run, agent: Agent) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What a run starts its turn with: (its own part, for its transcript; what the model is
+    sent). Both grow alike: a message merges into the one before it only when their roles
+    match, and after the first message that depends on the own part alone.
+
+    A fork starts with its parent's first request (its seed): its own part is all of it, so
+    its new session's later runs see what the fork saw.
+    """
+    seed = run.fork_context.get("seed")
+    if seed is not None:
+        return copy.deepcopy(seed), copy.deepcopy(seed)
+    # A session's first run has no earlier transcript: skip the query.
+    history = session_history(run, runs=agent.history_runs) if run.seq > 1 else []
+    if history and agent.compact_history is not None:
+        history = joined([agent.compact_history(history)])
+    own: list[dict[str, Any]] = []
+    messages = joined([history])
+    append(own, "user", run.input)
+    append(messages, "user", run.input)
+    return own, messages
+
+
+def request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
+    """The tool specs and the step-independent part of a model request's saved input."""
+    tools = [t.model_spec() for t in agent.tools]
+    parts: dict[str, Any] = {
+        "model": agent.model,
+        "system_sha256": digest(agent.instructions),
+        "tools": [t.name for t in agent.tools],
+        "tools_sha256": digest([t.model_dump() for t in tools]),
+        "max_tokens": agent.max_tokens,
+    }
+    # Only when set: requests logged before the setting existed keep their hash.
+    if agent.thinking_budget is not None:
+        parts["thinking_budget"] = agent.thinking_budget
+    return tools, parts
 
 
 def _context(run: Run, op: Operation) -> ToolContext:

@@ -58,6 +58,16 @@ class EventKind(models.TextChoices):
     CANCELLED = "cancelled"
     AGENT_REGISTERED = "agent_registered"
     AGENT_UNREGISTERED = "agent_unregistered"
+    # Run surgery: pause and resume, forks, bulk jobs.
+    PAUSE_REQUESTED = "pause_requested"
+    PAUSE_WITHDRAWN = "pause_withdrawn"
+    PAUSE_DROPPED = "pause_dropped"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    FORKED = "forked"
+    FORK_CREATED = "fork_created"
+    BULK_JOB_SUBMITTED = "bulk_job_submitted"
+    BULK_JOB_STOPPED = "bulk_job_stopped"
 
     @classmethod
     def requested(cls, interaction_kind: str) -> EventKind:
@@ -74,11 +84,13 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # An operator paused it: never claimed, its timer held, until resumed (to `paused_from`).
+    PAUSED = "paused"
 
 
 # from -> the statuses a guarded UPDATE may move it to.
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
-    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(
         {
             RunStatus.RUNNING,  # a takeover of an expired lease
@@ -88,11 +100,24 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
             RunStatus.RETRY_WAIT,
             RunStatus.NEEDS_ATTENTION,
             RunStatus.CANCELLED,
+            RunStatus.PAUSED,  # at a durable boundary, after a pause was requested
         }
     ),
-    RunStatus.WAITING: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
-    RunStatus.RETRY_WAIT: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.CANCELLED}),
-    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
+    RunStatus.WAITING: frozenset({RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}),
+    RunStatus.RETRY_WAIT: frozenset(
+        {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}
+    ),
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}),
+    # Resume returns it where it was paused (or queued, if its interaction was answered).
+    RunStatus.PAUSED: frozenset(
+        {
+            RunStatus.QUEUED,
+            RunStatus.WAITING,
+            RunStatus.RETRY_WAIT,
+            RunStatus.NEEDS_ATTENTION,
+            RunStatus.CANCELLED,
+        }
+    ),
     RunStatus.FAILED: frozenset({RunStatus.QUEUED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
@@ -101,6 +126,15 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 UNFINISHED_STATUSES = (
     RunStatus.QUEUED,
     RunStatus.RUNNING,
+    RunStatus.WAITING,
+    RunStatus.RETRY_WAIT,
+    RunStatus.NEEDS_ATTENTION,
+    RunStatus.PAUSED,
+)
+# Where a paused run can return to: the statuses it may be paused from, `running` aside (a
+# running run pauses at its next durable boundary and returns as queued, to replay its log).
+PAUSABLE_STATUSES = (
+    RunStatus.QUEUED,
     RunStatus.WAITING,
     RunStatus.RETRY_WAIT,
     RunStatus.NEEDS_ATTENTION,
@@ -203,6 +237,19 @@ class Run(models.Model):
     # exception); reset when a claim ends cleanly. Past the limit the run is a crash loop.
     crashed_claims = models.PositiveIntegerField(default=0)
     last_crash = models.TextField(blank=True)
+    # Pause: who asked a running run to pause (it pauses at its next durable boundary) and why;
+    # while paused, the status resume returns it to.
+    pause_requested_by = models.CharField(max_length=150, blank=True)
+    pause_reason = models.TextField(blank=True)
+    paused_from = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    # Fork: the run this one was forked from and the operation it forked at. `fork_context`
+    # holds what the engine needs: {"seed": the messages the parent's first request was sent,
+    # "messages": {operation key: edited messages of that model request}}.
+    parent = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="forks"
+    )
+    fork_point = models.CharField(max_length=200, blank=True)
+    fork_context = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -220,6 +267,7 @@ class Run(models.Model):
                         "waiting",
                         "retry_wait",
                         "needs_attention",
+                        "paused",
                     ]
                 ),
                 name="one_unfinished_run_per_session",
@@ -409,3 +457,96 @@ class Event(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise TypeError("events are append-only: they cannot be deleted")
+
+
+class BulkAction(models.TextChoices):
+    RETRY = "retry"
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class BulkJobStatus(models.TextChoices):
+    RUNNING = "running"  # items left; workers take them in batches
+    STOPPED = "stopped"  # an operator stopped it: its pending items are left untouched
+    COMPLETED = "completed"  # every item was touched or skipped
+
+
+# from -> the statuses a guarded UPDATE may move it to.
+BULK_JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    BulkJobStatus.RUNNING: frozenset({BulkJobStatus.STOPPED, BulkJobStatus.COMPLETED}),
+    BulkJobStatus.STOPPED: frozenset(),
+    BulkJobStatus.COMPLETED: frozenset(),
+}
+
+
+class BulkJob(models.Model):
+    """One operator action (retry, cancel, pause, resume) over every run a filter matched.
+
+    The matching runs are fixed when the job is submitted (one item each); workers take the
+    pending items in batches, each item's verb and its mark in one transaction.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Submitting the same key again returns this job: a double submit starts nothing twice.
+    key = models.CharField(max_length=100, unique=True)
+    action = models.CharField(max_length=20, choices=BulkAction.choices)
+    filters = models.JSONField(default=dict)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=20, choices=BulkJobStatus.choices, default=BulkJobStatus.RUNNING
+    )
+    total = models.PositiveIntegerField(default=0)
+    touched = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    stopped_by = models.CharField(max_length=150, blank=True)
+    # The worker taking its items now; an expired lease lets the sweep hand it to another.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # Runs list: the latest jobs; the sweep: running jobs whose lease expired.
+            models.Index(fields=["status", "-created_at"], name="bulk_job_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk {self.action} {self.id} ({self.status})"
+
+    @property
+    def done(self) -> int:
+        return self.touched + self.skipped
+
+
+class BulkItemStatus(models.TextChoices):
+    PENDING = "pending"
+    TOUCHED = "touched"  # the verb was applied
+    SKIPPED = "skipped"  # the verb refused it when its turn came; `detail` says why
+
+
+class BulkJobItem(models.Model):
+    """One run of a bulk job, marked in the transaction that applied the verb to it."""
+
+    job = models.ForeignKey(BulkJob, on_delete=models.PROTECT, related_name="items")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="bulk_items")
+    status = models.CharField(
+        max_length=20, choices=BulkItemStatus.choices, default=BulkItemStatus.PENDING
+    )
+    detail = models.TextField(blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["job", "run"], name="one_bulk_item_per_run"),
+        ]
+        indexes: ClassVar = [
+            # Workers: a job's pending items, in order; progress counts by status.
+            models.Index(fields=["job", "status", "id"], name="bulk_item_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.run_id} ({self.status})"

@@ -48,6 +48,7 @@ def _only_the_store_writes(_store_guard: None) -> Iterator[None]:
 def _runtime_settings(settings: Any) -> None:
     settings.AGENTOPS_HEARTBEAT = False
     settings.AGENTOPS_DISPATCH = ""
+    settings.AGENTOPS_BULK_DISPATCH = ""
     settings.AGENTOPS_PUBLISH = ""
 
 

@@ -31,6 +31,9 @@ class Scope(models.TextChoices):
     RESOLVE = "resolve", "Reconcile uncertain operations"
     RETRY = "retry", "Retry runs"
     CANCEL = "cancel", "Cancel runs"
+    PAUSE = "pause", "Pause and resume runs"
+    FORK = "fork", "Fork runs"
+    BULK = "bulk", "Act on every run a filter matches"
 
 
 # The console's permission each scope also needs on the account's user.
@@ -42,6 +45,9 @@ SCOPE_PERMISSIONS: dict[str, str] = {
     Scope.RESOLVE: Permission.RESOLVE,
     Scope.RETRY: Permission.CONTROL,
     Scope.CANCEL: Permission.CONTROL,
+    Scope.PAUSE: Permission.CONTROL,
+    Scope.FORK: Permission.CONTROL,
+    Scope.BULK: Permission.CONTROL,
 }
 
 account_name = RegexValidator(

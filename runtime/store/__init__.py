@@ -6,6 +6,7 @@ events and agent versions — goes through this package, and nothing else writes
   run's move out of `running`, a question to a person, the heartbeat. Fenced and on the hot path.
 - verbs.py: the guarded updates of the verbs people use (submit, respond, resolve, retry,
   cancel); versions.py: the registry's.
+- surgery.py: the writes of pause and resume, forks and bulk jobs.
 - events.py: the append-only event log, published after commit.
 - reads.py: the sweep's and recovery's queries.
 - transitions.py: every guarded move of a run is checked against RUN_TRANSITIONS.

@@ -5,10 +5,12 @@ keeps its records in files under $AGENTOPS_TEST_EFFECTS, one line per call and o
 each written with a single O_APPEND write so that concurrent processes never interleave; that is
 how effects are counted across processes that die.
 
-A run's input is a JSON plan: {"steps": [[[tool, args], ...], ...], "model_errors": [step, ...]}.
+A run's input is a JSON plan: {"steps": [[[tool, args], ...], ...], "model_errors": [step, ...],
+"model_seconds": seconds}.
 The scripted model asks for each step's tool calls in turn, then answers "done: <the results it
 saw>", so a test can read what the model was shown from `run.output`. The first attempt of the
-model request of each step listed in "model_errors" fails (a provider error, retried later).
+model request of each step listed in "model_errors" fails (a provider error, retried later); each
+model request takes "model_seconds" (default 0), a long request to pause a run in the middle of.
 
 Test-only switches, read when a worker imports this module:
 - AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (the fence hook, runtime.faults.fence, makes
@@ -188,12 +190,17 @@ POLICY_TOOLS = {"manual": "charge", "safe": "lookup", "idempotent": "ticket", "r
 # --- the model ---------------------------------------------------------------------------------
 
 
-def plan(*steps: list[tuple[str, dict[str, Any]]], model_errors: tuple[int, ...] = ()) -> str:
+def plan(
+    *steps: list[tuple[str, dict[str, Any]]],
+    model_errors: tuple[int, ...] = (),
+    model_seconds: float = 0.0,
+) -> str:
     """A run input: the tool calls of each step, in order; see the module docstring."""
     return json.dumps(
         {
             "steps": [[[name, args] for name, args in step] for step in steps],
             "model_errors": list(model_errors),
+            **({"model_seconds": model_seconds} if model_seconds else {}),
         }
     )
 
@@ -223,6 +230,8 @@ class PlanModel:
         self._scripted = ScriptedModel(_script)
 
     def complete(self, request: ModelRequest, *, operation_id: str) -> ModelResponse:
+        _append("model_calls", operation_id, os.getpid(), time.time())
+        time.sleep(_plan_of(request).get("model_seconds", 0))
         step = assistant_turns(request) + 1
         if step in _plan_of(request)["model_errors"] and _first_time(f"model:{operation_id}"):
             raise ModelError("scripted provider error: overloaded")
