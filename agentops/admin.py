@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, JSONField, Model
+from django.forms.models import construct_instance
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -37,15 +39,17 @@ from runtime.models import (
     ApprovalRule,
     AttentionReason,
     Event,
+    EventKind,
     Interaction,
     Operation,
+    Permission,
     Run,
     Session,
     WorkItem,
 )
-from runtime.policy import describe
+from runtime.policy import check_rule, describe
 
-MANAGE_VERSIONS = "agentops.manage_agentversion"
+MANAGE_VERSIONS = Permission.MANAGE_VERSIONS
 REGISTER, UNREGISTER = "register", "unregister"
 ACTIONS = {REGISTER: "Register selected versions", UNREGISTER: "Unregister selected versions"}
 
@@ -335,7 +339,7 @@ class AgentVersionAdmin(admin.ModelAdmin):
         row = rows[0]
         history = Event.objects.filter(
             run__isnull=True,
-            kind__in=["agent_registered", "agent_unregistered"],
+            kind__in=[EventKind.AGENT_REGISTERED, EventKind.AGENT_UNREGISTERED],
             data__agent=agent,
             data__version=version,
         ).order_by("-id")[:20]
@@ -559,11 +563,41 @@ class EventAdmin(ReadOnlyAdmin):
 # --- approval policy ---------------------------------------------------------------------------
 
 
+class ApprovalRuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ApprovalRule
+        fields = (
+            "name",
+            "description",
+            "enabled",
+            "priority",
+            "agent",
+            "tool",
+            "condition",
+            "approver_group",
+            "quorum",
+            "four_eyes",
+            "high_risk",
+            "expires_after",
+            "on_expiry",
+            "expiry_reason",
+            "escalate_after",
+            "escalation_group",
+        )
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean()
+        # The runtime's checks, shown on the form's fields (a save would refuse the rule too).
+        check_rule(construct_instance(self, self.instance))
+        return data
+
+
 @admin.register(ApprovalRule)
 class ApprovalRuleAdmin(admin.ModelAdmin):
     """Approval rules: data the engine applies to the next calls (a saved rule is validated
     against the tool's input schema; calls already waiting keep the policy they asked under)."""
 
+    form = ApprovalRuleForm
     list_display = ("name", "agent", "tool", "condition_text", "quorum", "enabled", "priority")
     list_filter = ("enabled", "agent", "tool", "four_eyes", "high_risk")
     ordering = ("agent", "tool", "priority", "pk")

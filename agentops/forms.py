@@ -173,3 +173,66 @@ class ProfileForm(forms.Form):
     """A person's console settings."""
 
     time_zone = forms.ChoiceField(choices=_time_zones, required=False)
+
+
+class PauseForm(forms.Form):
+    reason = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs=_TEXTAREA))
+
+
+class ForkForm(forms.Form):
+    """Where to fork a run, on which version, with what edited input; the acknowledgements."""
+
+    at = forms.CharField(max_length=200, label="Fork at operation")
+    version = forms.CharField(required=False, max_length=50)
+    # JSON: a model request's messages, or a tool call's arguments. Empty: as recorded.
+    input = forms.CharField(
+        required=False, label="Edited input (JSON)", widget=forms.Textarea(attrs={"rows": 8})
+    )
+    acknowledge = forms.MultipleChoiceField(required=False)
+
+    def __init__(self, *args: Any, keys: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        acknowledge = self.fields["acknowledge"]
+        assert isinstance(acknowledge, forms.MultipleChoiceField)
+        acknowledge.choices = [(key, key) for key in keys]
+
+    def clean_input(self) -> Any:
+        text = self.cleaned_data["input"].strip()
+        if not text:
+            return None
+        try:
+            return jsonvalues.loads(text)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+class BulkFilterForm(forms.Form):
+    """The runs a bulk action applies to: the runs list's filters and a few more."""
+
+    status = forms.MultipleChoiceField(required=False, choices=RunStatus.choices)
+    agent = forms.CharField(required=False, max_length=100)
+    version = forms.CharField(required=False, max_length=50)
+    created_from = forms.DateTimeField(required=False, label="Created from")
+    created_to = forms.DateTimeField(required=False, label="Created before")
+    error = forms.CharField(required=False, max_length=200, label="Error contains")
+    tool = forms.CharField(required=False, max_length=200, label="Blocked on tool")
+
+    def filters(self) -> dict[str, Any]:
+        """The filter as the runtime takes it (times as ISO 8601 strings)."""
+        data = self.cleaned_data
+        chosen: dict[str, Any] = {
+            name: data[name]
+            for name in ("status", "agent", "version", "error", "tool")
+            if data.get(name)
+        }
+        for name in ("created_from", "created_to"):
+            if data.get(name):
+                chosen[name] = data[name].isoformat()
+        return chosen
+
+
+class BulkStartForm(BulkFilterForm):
+    action = forms.ChoiceField(choices=[(a, a) for a in ("retry", "cancel", "pause", "resume")])
+    # Rendered with the preview: the same form sent twice starts one job.
+    key = forms.CharField(max_length=64)
+    reason = forms.CharField(required=False, strip=True, widget=forms.Textarea(attrs=_TEXTAREA))

@@ -19,13 +19,13 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
-from runtime.models import Event
+from runtime.models import Event, EventKind
 
 log = logging.getLogger(__name__)
 
 INBOX_GROUP = "inbox"
 # Events that record progress inside a run and never change its status: the inbox ignores them.
-PROGRESS_KINDS = frozenset({"intent", "outcome"})
+PROGRESS_KINDS = frozenset({EventKind.INTENT, EventKind.OUTCOME})
 MESSAGE_TYPE = "live.event"
 
 

@@ -22,9 +22,11 @@ from agentops.decisions import code_tool
 from runtime import clock, control, policy, registry
 from runtime.agents import Tool
 from runtime.models import (
+    RUNTIME,
     UNFINISHED_STATUSES,
     AttentionReason,
     Event,
+    EventKind,
     Interaction,
     InteractionKind,
     InteractionStatus,
@@ -47,21 +49,21 @@ COUNTED_STATUSES = (
     RunStatus.RETRY_WAIT,
     RunStatus.QUEUED,
     RunStatus.RUNNING,
+    RunStatus.PAUSED,
     RunStatus.FAILED,
 )
-RUNTIME = "runtime"
 # Kinds an operator's action records, offered as suggestions in the audit log's filter.
 OPERATOR_KINDS = (
-    "submitted",
-    "approval_granted",
-    "approval_rejected",
-    "question_answered",
-    "operation_resolved",
-    "retried",
-    "retried_now",
-    "cancelled",
-    "agent_registered",
-    "agent_unregistered",
+    EventKind.SUBMITTED,
+    EventKind.APPROVAL_GRANTED,
+    EventKind.APPROVAL_REJECTED,
+    EventKind.QUESTION_ANSWERED,
+    EventKind.OPERATION_RESOLVED,
+    EventKind.RETRIED,
+    EventKind.RETRIED_NOW,
+    EventKind.CANCELLED,
+    EventKind.AGENT_REGISTERED,
+    EventKind.AGENT_UNREGISTERED,
 )
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _HEXISH = re.compile(r"^[0-9a-f-]{6,36}$")
@@ -322,14 +324,14 @@ def _last_words(operations: dict[str, Operation], key: str) -> str:
 # what a person is asked for, and how the run stopped or ended.
 NOTABLE_KINDS = frozenset(
     {
-        "tool_approval_requested",
-        "question_requested",
-        "blocked",
-        "retry_scheduled",
-        "completed",
-        "failed",
-        "cancelled",
-        "lease_expired",
+        EventKind.TOOL_APPROVAL_REQUESTED,
+        EventKind.QUESTION_REQUESTED,
+        EventKind.BLOCKED,
+        EventKind.RETRY_SCHEDULED,
+        EventKind.COMPLETED,
+        EventKind.FAILED,
+        EventKind.CANCELLED,
+        EventKind.LEASE_EXPIRED,
     }
 )
 
@@ -400,7 +402,7 @@ def decided_summaries(events: list[Event]) -> dict[str, str]:
     ids = [
         event.data.get("interaction")
         for event in events
-        if event.kind in ("approval_granted", "approval_rejected")
+        if event.kind in (EventKind.APPROVAL_GRANTED, EventKind.APPROVAL_REJECTED)
     ]
     found = Interaction.objects.filter(pk__in=[i for i in ids if i]).select_related("run")
     return {str(item.pk): decisions.summary(item) for item in found}
@@ -565,7 +567,7 @@ def reconcile_detail(run: Run, key: str = "") -> dict[str, Any]:
     settled = None
     if op is not None and not blocked:
         settled = (
-            Event.objects.filter(run=run, kind="operation_resolved", operation_key=op.key)
+            Event.objects.filter(run=run, kind=EventKind.OPERATION_RESOLVED, operation_key=op.key)
             .order_by("-id")
             .first()
         )

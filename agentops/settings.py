@@ -294,6 +294,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, float | int] = (
 )
 # Hand committed runs to the workers (tests set "" and advance runs by hand).
 AGENTOPS_DISPATCH = env_str("AGENTOPS_DISPATCH", "agentops.tasks.enqueue")
+# Hands a submitted bulk job (runs list: act on every run a filter matches) to the workers.
+AGENTOPS_BULK_DISPATCH = env_str("AGENTOPS_BULK_DISPATCH", "agentops.tasks.enqueue_bulk_job")
 # How often every worker's sweep re-enqueues lost, expired and due runs, in seconds.
 AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0)
 if AGENTOPS_SWEEP_SECONDS <= 0 or AGENTOPS_LEASE_SECONDS <= 0:

@@ -13,7 +13,7 @@ import logging
 from celery import shared_task
 from django.db import connections
 
-from runtime import control, engine, faults
+from runtime import bulk, control, engine, faults
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,25 @@ def enqueue(run_id: str) -> None:
     advance_run.delay(str(run_id))
 
 
+@shared_task(
+    name="agentops.work_bulk_job",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def work_bulk_job(job_id: str) -> int:
+    """Work a bulk job's batches; 0 when another worker holds it (nothing written)."""
+    marked = bulk.work(job_id, owner=engine.worker_name())
+    log.info("bulk job %s: %d item(s) marked", job_id, marked)
+    return marked
+
+
+def enqueue_bulk_job(job_id: str) -> None:
+    """The AGENTOPS_BULK_DISPATCH hook: hand a committed bulk job to a worker. A lost message
+    is found again by the sweep (a running job no worker holds)."""
+    work_bulk_job.delay(str(job_id))
+
+
 def sweep(reason: str = "sweep") -> list[str]:
     """Hand every run that can move now to the workers: startup discovery and the periodic sweep.
 
@@ -51,6 +70,8 @@ def sweep(reason: str = "sweep") -> list[str]:
     """
     try:
         handed = control.resume()
+        for job_id in bulk.stalled_job_ids():
+            enqueue_bulk_job(job_id)
     except Exception:
         log.exception("%s: failed; the next sweep tries again", reason)
         return []
@@ -63,4 +84,4 @@ def sweep(reason: str = "sweep") -> list[str]:
     return handed
 
 
-__all__ = ["advance_run", "enqueue", "sweep"]
+__all__ = ["advance_run", "enqueue", "enqueue_bulk_job", "sweep", "work_bulk_job"]

@@ -2,13 +2,31 @@
 
 from django.urls import path
 
-from agentops.views import audit, control, inbox, interactions, profile, reconcile, runs, work
+from agentops.views import (
+    audit,
+    control,
+    inbox,
+    interactions,
+    profile,
+    reconcile,
+    runs,
+    surgery,
+    work,
+)
 
 app_name = "console"
 urlpatterns = [
     path("", inbox.inbox, name="inbox"),
     path("runs/", runs.runs, name="runs"),
+    path("runs/bulk/", surgery.bulk_page, name="bulk"),
+    path("runs/bulk/start/", surgery.bulk_start, name="bulk_start"),
+    path("bulk/<uuid:job_id>/", surgery.bulk_job, name="bulk_job"),
+    path("bulk/<uuid:job_id>/stop/", surgery.bulk_stop, name="bulk_stop"),
     path("runs/<uuid:run_id>/", runs.run, name="run"),
+    path("runs/<uuid:run_id>/pause/", surgery.pause, name="pause"),
+    path("runs/<uuid:run_id>/resume/", surgery.resume, name="resume"),
+    path("runs/<uuid:run_id>/fork/", surgery.fork_page, name="fork"),
+    path("runs/<uuid:run_id>/fork/start/", surgery.fork_start, name="fork_start"),
     path("runs/<uuid:run_id>/retry/", control.retry, name="retry"),
     path("runs/<uuid:run_id>/cancel/", control.cancel, name="cancel"),
     path("runs/<uuid:run_id>/reconcile/", reconcile.reconcile, name="reconcile"),

@@ -74,7 +74,7 @@ class Seeded:
 
         first, last = self.seeded + 1, runs
         started = time.perf_counter()
-        params = {"first": first, "last": last, "fingerprint": self.fingerprint}
+        params: dict[str, Any] = {"first": first, "last": last, "fingerprint": self.fingerprint}
         statements = [
             # Sessions and runs: ids derived from the number, newest run = the highest number.
             "INSERT INTO agentops_session (id, agent, title, created_at) "
@@ -169,7 +169,7 @@ class Seeded:
             "run page (waiting)": f"/runs/{_uuid('r', waiting)}/",
         }
 
-    def measure(self, requests: int) -> dict[str, dict[str, float]]:
+    def measure(self, requests: int) -> dict[str, dict[str, Any]]:
         """p50/p95 server time (ms) and queries of each page."""
         from django.db import connection
         from django.test.utils import CaptureQueriesContext

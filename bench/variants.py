@@ -169,7 +169,7 @@ class Records:
         run = store.claim(submit(scenario.bench_agent.name, "floor", actor="bench").pk, "floor")
         assert run is not None
         self.postgres = connection.vendor == "postgresql"
-        self.statements = store._STATEMENTS[(connection.vendor, True)]
+        self.statements = store.record_statements()
         if self.postgres:
             import psycopg
             from psycopg.types.json import Jsonb
@@ -177,7 +177,7 @@ class Records:
             self.conn: Any = psycopg.connect(options["url"], autocommit=True)
             run_id: Any = run.pk
             self.json: Any = Jsonb
-            later = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
+            later: Any = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
             self.now: Any = dt.datetime.now(dt.UTC)
         else:
             import json
@@ -190,7 +190,13 @@ class Records:
             later = "2100-01-01 00:00:00"
             self.now = str(dt.datetime.now(dt.UTC).replace(tzinfo=None))
         connection.close()
-        self.hold = {"run": run_id, "fence": run.fence, "lease": later, "now": self.now}
+        self.hold = {
+            "run": run_id,
+            "fence": run.fence,
+            "held": "running",
+            "lease": later,
+            "now": self.now,
+        }
         self.ops: dict[str, int] = {}
         self.prefix = ""
         self.answer = ""
@@ -242,7 +248,7 @@ class Records:
     def _sqlite(self, name: str, params: dict[str, Any]) -> int:
         cursor = self.conn.cursor()
         cursor.execute("BEGIN IMMEDIATE")
-        assert cursor.execute(self.statements["hold"], params).rowcount == 1
+        assert cursor.execute(self.statements["fence"], params).rowcount == 1
         operation_id = cursor.execute(self.statements[name], params).lastrowid
         cursor.execute(self.statements["event"], params)
         self.conn.commit()
@@ -314,12 +320,12 @@ class AgentOps:
     def breakdown(self, runs: int) -> list[list[Any]]:
         """Where a run's time goes: wall time of the runtime's parts, per run (bench.profile)."""
         import time
-        from collections import Counter
+        from collections import Counter, defaultdict
 
         import runtime
         from runtime import engine, registry, store
 
-        spent: Counter[str] = Counter()
+        spent: defaultdict[str, float] = defaultdict(float)
         calls: Counter[str] = Counter()
         parts = [
             (runtime, "submit", "control.submit (lead)"),

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ApprovalRefused,
         ClaimConflict,
         DurableConflictError,
+        ForkRefused,
         InteractionClosed,
         InteractionConflict,
         InvalidInput,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     )
     from runtime.llm.anthropic import AnthropicModel
     from runtime.registry import register, unregister
+    from runtime.surgery import ForkPreview, fork, fork_preview, pause
     from runtime.work import assign, claim, edit, release
 
 # The modules of the public names.
@@ -80,6 +82,7 @@ _MODULES = {
         "ApprovalRefused",
         "ClaimConflict",
         "DurableConflictError",
+        "ForkRefused",
         "InteractionClosed",
         "InteractionConflict",
         "InvalidInput",
@@ -107,6 +110,7 @@ _MODULES = {
     "runtime.control": ("cancel", "list_runs", "resolve", "respond", "resume", "retry", "submit"),
     "runtime.registry": ("register", "unregister"),
     "runtime.work": ("assign", "claim", "edit", "release"),
+    "runtime.surgery": ("ForkPreview", "fork", "fork_preview", "pause"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -129,6 +133,8 @@ __all__ = [
     "Cancelled",
     "ClaimConflict",
     "DurableConflictError",
+    "ForkPreview",
+    "ForkRefused",
     "InteractionClosed",
     "InteractionConflict",
     "InvalidInput",
@@ -161,7 +167,10 @@ __all__ = [
     "cancel",
     "claim",
     "edit",
+    "fork",
+    "fork_preview",
     "list_runs",
+    "pause",
     "register",
     "release",
     "resolve",

@@ -75,7 +75,8 @@ def schema_fields(schema: Mapping[str, Any]) -> dict[str, frozenset[str]]:
 def _deref(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return defs.get(ref.removeprefix("#/$defs/"), {})
+        found = defs.get(ref.removeprefix("#/$defs/"))
+        return found if isinstance(found, Mapping) else {}
     return node
 
 

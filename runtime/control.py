@@ -10,14 +10,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Model, QuerySet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime import approval_store, clock, dispatch, jsonvalues, policy, registry, store
+from runtime import clock, dispatch, jsonvalues, keys, policy, registry, store
 from runtime.agents import digest
 from runtime.errors import (
     ApprovalRefused,
@@ -32,20 +33,21 @@ from runtime.errors import (
     SessionBusy,
 )
 from runtime.models import (
+    RUNTIME,
     UNFINISHED_STATUSES,
     AttentionReason,
     Event,
+    EventKind,
     Interaction,
     InteractionKind,
     InteractionStatus,
     Operation,
-    OperationKind,
-    OperationStatus,
     Run,
     RunStatus,
     Session,
     WorkItem,
 )
+from runtime.store import surgery as surgery_store
 
 MAX_MESSAGE_CHARS = 20_000
 MAX_EVIDENCE_CHARS = 4_000
@@ -64,9 +66,14 @@ def _get(model: type[M], pk: Any, *, lock: bool = False) -> M:
         rows = rows.select_for_update(no_key=True)
     try:
         return rows.get(pk=pk)
-    except (model.DoesNotExist, ValueError, TypeError, DjangoValidationError):
+    except (ObjectDoesNotExist, ValueError, TypeError, DjangoValidationError):
         # A malformed id is as unknown as a missing one, and says nothing more.
         raise NotFound(f"{model._meta.verbose_name} {str(pk)[:64]!r} does not exist") from None
+
+
+def _fresh(run_id: Any) -> Run:
+    """The run a verb changed, read after its commit, with its session: what the caller renders."""
+    return Run.objects.select_related("session").get(pk=run_id)
 
 
 def _get_run(run_id: Any) -> Run:
@@ -86,8 +93,8 @@ def _actor(value: Any) -> str:
     an over-long name the database would refuse (or SQLite would silently keep), or a person
     posing as the runtime, whose events the audit log leaves out."""
     actor = _text(value, "actor", MAX_ACTOR_CHARS)
-    if actor == store.RUNTIME:
-        raise InvalidInput(f"{store.RUNTIME!r} names the runtime itself; a person acts as themself")
+    if actor == RUNTIME:
+        raise InvalidInput(f"{RUNTIME!r} names the runtime itself; a person acts as themself")
     return actor
 
 
@@ -123,7 +130,7 @@ def submit(
             which = f"version {version!r}" if version else "version"
             raise NotFound(f"agent {agent!r} has no registered {which} that matches the code")
         if session is None:
-            chat = Session.objects.create(agent=agent, title=title or message[:80], created_at=now)
+            chat = store.create_session(agent, title or message[:80], now)
             seq = 1
         else:
             chat = _open_session(session, agent)
@@ -131,15 +138,14 @@ def submit(
         try:
             # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
             with transaction.atomic():
-                run = Run.objects.create(
-                    session=chat,
-                    seq=seq,
+                run = store.create_run(
+                    chat,
+                    seq,
                     agent=code.name,
                     version=code.version,
                     fingerprint=code.fingerprint,
-                    input=message,
-                    created_at=now,
-                    updated_at=now,
+                    message=message,
+                    now=now,
                 )
         except IntegrityError:
             # The database's one-unfinished-run rule (or the seq) caught a concurrent writer the
@@ -148,7 +154,7 @@ def submit(
                 f"session {chat.pk} received another message or a retry at the same time; "
                 "wait for that run or cancel it"
             ) from None
-        store.event(run.pk, "submitted", actor, agent=code.name, version=code.version)
+        store.event(run.pk, EventKind.SUBMITTED, actor, agent=code.name, version=code.version)
         dispatch.enqueue_on_commit(run.pk)
     return run
 
@@ -252,7 +258,7 @@ def respond(
     with transaction.atomic():
         # The run's row lock first, in the order cancel and the engine take them (the run, then
         # its interactions): the other order deadlocks against a concurrent cancel.
-        approval_store.lock_run(interaction.run_id)
+        _get(Run, interaction.run_id, lock=True)
         interaction.refresh_from_db()
         item = _work_item(interaction)
         receipt: tuple[str, dict[str, Any]] | None = None
@@ -265,48 +271,24 @@ def respond(
             if approving:
                 receipt = _approve(interaction, item, actor, reauthenticated=reauthenticated)
                 counted = receipt is None
-        landed = 0
-        if not counted:
-            landed = Interaction.objects.filter(
-                pk=interaction.pk, status=InteractionStatus.PENDING
-            ).update(
-                status=InteractionStatus.ANSWERED,
-                response=answer,
-                responded_by=actor,
-                responded_at=now,
+        landed = not counted and store.answer_interaction(
+            interaction.pk, answer, actor=actor, now=now
+        )
+        if landed:
+            moved = store.move_run(
+                interaction.run_id, RunStatus.QUEUED, sources=[RunStatus.WAITING], now=now
             )
-        if landed == 1:
-            moved = Run.objects.filter(pk=interaction.run_id, status=RunStatus.WAITING).update(
-                status=RunStatus.QUEUED, updated_at=now
-            )
-            if moved != 1:
+            # A run paused while waiting keeps the answer and goes on only once resumed.
+            paused = not moved and surgery_store.answered_while_paused(interaction.run_id)
+            if not moved and not paused:
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
-            approval_store.decided(interaction, now)
-            extra: dict[str, Any] = {}
-            if item is not None and item.policy.get("rule"):
-                # Time to decision per rule (the metrics) reads it from the event.
-                extra["rule"] = item.policy["rule"]
-            if receipt is not None:
-                digest_, contents = receipt
-                approval_store.write_receipt(interaction, digest_, contents)
-                extra |= {"approvers": contents["approvers"], "receipt": digest_}
-            if interaction.kind == InteractionKind.QUESTION:
-                kind = "question_answered"
-            else:
-                kind = "approval_granted" if answer["approved"] else "approval_rejected"
-            store.event(
-                interaction.run_id,
-                kind,
-                actor,
-                key=interaction.operation_key,
-                interaction=str(interaction.pk),
-                tool=interaction.tool_name,
-                response=answer,
-                **extra,
-            )
-            dispatch.enqueue_on_commit(interaction.run_id)
-    interaction.refresh_from_db()
-    if landed == 1 or counted:
+            store.mark_decided(interaction, now)
+            _record_decision(interaction, item, receipt, answer, actor)
+            if not paused:
+                dispatch.enqueue_on_commit(interaction.run_id)
+    # Fresh, with its run and session: what the caller renders, read once.
+    interaction = Interaction.objects.select_related("run__session").get(pk=interaction.pk)
+    if landed or counted:
         return interaction
     if interaction.status == InteractionStatus.CANCELLED:
         raise InteractionClosed(
@@ -315,6 +297,40 @@ def respond(
     if parsed.same_as(interaction.response or {}):
         return interaction
     raise InteractionConflict(f"already {_describe(interaction)}")
+
+
+def _record_decision(
+    interaction: Interaction,
+    item: WorkItem | None,
+    receipt: tuple[str, dict[str, Any]] | None,
+    answer: dict[str, Any],
+    actor: str,
+) -> None:
+    """The decision's event, and the receipt of an approval that met its quorum."""
+    extra: dict[str, Any] = {}
+    if item is not None and item.policy.get("rule"):
+        # Time to decision per rule (the metrics) reads it from the event.
+        extra["rule"] = item.policy["rule"]
+    if receipt is not None:
+        digest_, contents = receipt
+        store.write_receipt(interaction, digest_, contents)
+        extra |= {"approvers": contents["approvers"], "receipt": digest_}
+    if interaction.kind == InteractionKind.QUESTION:
+        kind = EventKind.QUESTION_ANSWERED
+    elif answer["approved"]:
+        kind = EventKind.APPROVAL_GRANTED
+    else:
+        kind = EventKind.APPROVAL_REJECTED
+    store.event(
+        interaction.run_id,
+        kind,
+        actor,
+        key=interaction.operation_key,
+        interaction=str(interaction.pk),
+        tool=interaction.tool_name,
+        response=answer,
+        **extra,
+    )
 
 
 def _work_item(interaction: Interaction) -> WorkItem | None:
@@ -342,7 +358,7 @@ def _approve(
     except ValueError as exc:
         raise ApprovalRefused(str(exc)) from None
     approved_sha = digest(contents["arguments"])
-    new = approval_store.vote(interaction, actor, approved_sha)
+    new = store.vote(interaction, actor, approved_sha)
     contents["approvers"] = policy.approvers(interaction, approved_sha)
     quorum = rules.quorum if rules is not None else 1
     if len(contents["approvers"]) >= quorum:
@@ -350,7 +366,7 @@ def _approve(
     if new:
         store.event(
             run.pk,
-            "approval_counted",
+            EventKind.APPROVAL_COUNTED,
             actor,
             key=interaction.operation_key,
             interaction=str(interaction.pk),
@@ -371,7 +387,7 @@ RESULT = "result"
 NOT_RUN_AGAIN = "not_run_again"
 NOT_RUN_TELL_MODEL = "not_run_tell_model"
 RESOLVE_OUTCOMES = (RESULT, NOT_RUN_AGAIN, NOT_RUN_TELL_MODEL)
-RESOLVED = "operation_resolved"
+RESOLVED = EventKind.OPERATION_RESOLVED
 
 
 def resolve(
@@ -434,27 +450,27 @@ def resolve(
         settled = {"result": _not_run_result(op, evidence), "is_error": True}
     now = clock.now()
     with transaction.atomic():
-        moved = Run.objects.filter(
-            pk=run.pk,
-            status=RunStatus.NEEDS_ATTENTION,
-            attention_reason=AttentionReason.UNCERTAIN_OPERATION,
-            blocked_operation=key,
-        ).update(
-            status=RunStatus.QUEUED,
+        moved = store.move_run(
+            run.pk,
+            RunStatus.QUEUED,
+            sources=[RunStatus.NEEDS_ATTENTION],
+            now=now,
+            where={
+                "attention_reason": AttentionReason.UNCERTAIN_OPERATION,
+                "blocked_operation": key,
+            },
             blocked_operation="",
             attention_reason="",
             attention_detail={},
-            updated_at=now,
         )
-        if moved != 1:
+        if not moved:
             run.refresh_from_db()
             raise NotBlocked(_not_blocked(run, key))
-        unfinished = Operation.objects.filter(pk=op.pk, status=OperationStatus.STARTED)
         if outcome == NOT_RUN_AGAIN:
             # The engine runs a not_run operation again, with the same operation id.
-            unfinished.update(status=OperationStatus.NOT_RUN)
+            store.mark_not_run(op.pk)
         else:
-            unfinished.update(status=OperationStatus.COMPLETED, outcome_at=now, **settled)
+            store.settle_operation(op.pk, now=now, **settled)
         store.event(
             run.pk,
             RESOLVED,
@@ -467,13 +483,14 @@ def resolve(
             **({"result": settled["result"]} if settled else {}),
         )
         dispatch.enqueue_on_commit(run.pk)
-    op.refresh_from_db()
-    return op
+    # Fresh, with its run (moved on) and session: what the caller renders, read once.
+    return Operation.objects.select_related("run__session").get(pk=op.pk)
 
 
 def _not_run_result(op: Operation, evidence: str) -> dict[str, Any]:
     """The error result the model sees for a call an operator verified did not happen."""
-    call_id = op.key.rsplit("/", 1)[-1]
+    parsed = keys.parse_key(op.key)
+    call_id = parsed.call_id if parsed else op.key
     return {
         "kind": "tool-not-run",
         "error": f"Tool {op.name!r} (call {call_id}) did not happen: an operator checked the "
@@ -567,12 +584,16 @@ def retry(run_id: Any, *, actor: str) -> Run:
         previous = run.status
         fresh = previous != RunStatus.RETRY_WAIT
         # A person decided to try again: a crash loop's count starts over (its last crash stays).
-        counters = {"crashed_claims": 0} if fresh else {}
+        counters: dict[str, Any] = {"crashed_claims": 0} if fresh else {}
         try:
             # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
             with transaction.atomic():
-                moved = Run.objects.filter(pk=run.pk, status=previous, fence=run.fence).update(
-                    status=RunStatus.QUEUED,
+                moved = store.move_run(
+                    run.pk,
+                    RunStatus.QUEUED,
+                    sources=[previous],
+                    now=now,
+                    where={"fence": run.fence},
                     next_attempt_at=None,
                     error="",
                     error_kind="",
@@ -580,7 +601,6 @@ def retry(run_id: Any, *, actor: str) -> Run:
                     attention_detail={},
                     blocked_operation="",
                     finished_at=None,
-                    updated_at=now,
                     **counters,
                 )
         except IntegrityError:
@@ -590,28 +610,17 @@ def retry(run_id: Any, *, actor: str) -> Run:
                 f"run {run.pk} cannot be retried: another run of its session "
                 f"{run.session_id} is unfinished"
             ) from None
-        if moved != 1:
+        if not moved:
             raise RetryRejected(f"run {run.pk} changed meanwhile; reload and try again")
         if fresh:
-            _fresh_attempts(run)
-        kind = "retried_now" if previous == RunStatus.RETRY_WAIT else "retried"
+            # Unfinished model requests start counting again, and so does an operation whose
+            # re-runs after crashes ran out.
+            exhausted = run.attention_reason == AttentionReason.ATTEMPTS_EXHAUSTED
+            store.fresh_attempts(run.pk, also=run.blocked_operation if exhausted else "")
+        kind = EventKind.RETRIED_NOW if previous == RunStatus.RETRY_WAIT else EventKind.RETRIED
         store.event(run.pk, kind, actor, previous_status=previous)
         dispatch.enqueue_on_commit(run.pk)
-    run.refresh_from_db()
-    return run
-
-
-def _fresh_attempts(run: Run) -> None:
-    """An operator's retry of a failed or blocked run: unfinished model requests start
-    counting again, and so does an operation whose re-runs after crashes ran out."""
-    unfinished = [OperationStatus.STARTED, OperationStatus.FAILED]
-    Operation.objects.filter(run=run, kind=OperationKind.MODEL, status__in=unfinished).update(
-        attempts=0
-    )
-    if run.attention_reason == AttentionReason.ATTEMPTS_EXHAUSTED and run.blocked_operation:
-        Operation.objects.filter(run=run, key=run.blocked_operation, status__in=unfinished).update(
-            attempts=0
-        )
+    return _fresh(run.pk)
 
 
 @dataclass(frozen=True)
@@ -652,30 +661,32 @@ def cancel(run_id: Any, *, actor: str, reason: str = "") -> Run:
     if not isinstance(reason, str):
         raise InvalidInput(f"the reason must be text, not {type(reason).__name__}")
     reason = jsonvalues.check_text(reason.strip(), what="reason", max_length=MAX_REASON_CHARS)
-    run = _get_run(run_id)
-    if run.status not in UNFINISHED_STATUSES:
-        raise InvalidTransition(
-            f"run {run.pk} is {run.status}; only unfinished runs can be cancelled"
-        )
     now = clock.now()
     with transaction.atomic():
-        moved = Run.objects.filter(pk=run.pk, status__in=UNFINISHED_STATUSES).update(
-            status=RunStatus.CANCELLED,
-            fence=run.fence + 1,
+        # The row lock: the status read is the one the UPDATE moves from (its previous status).
+        run = _get(Run, run_id, lock=True)
+        if run.status not in UNFINISHED_STATUSES:
+            raise InvalidTransition(
+                f"run {run.pk} is {run.status}; only unfinished runs can be cancelled"
+            )
+        # One guarded UPDATE, the fence bumped in it: a worker still running the run can
+        # commit nothing more.
+        moved = store.move_run(
+            run.pk,
+            RunStatus.CANCELLED,
+            sources=UNFINISHED_STATUSES,
+            now=now,
+            bump_fence=True,
             lease_owner="",
             lease_expires_at=None,
             next_attempt_at=None,
             finished_at=now,
-            updated_at=now,
         )
-        if moved != 1:
+        if not moved:
             raise InvalidTransition(f"run {run.pk} finished meanwhile; it cannot be cancelled")
-        Interaction.objects.filter(run=run, status=InteractionStatus.PENDING).update(
-            status=InteractionStatus.CANCELLED
-        )
-        store.event(run.pk, "cancelled", actor, previous_status=run.status, reason=reason)
-    run.refresh_from_db()
-    return run
+        store.close_interactions(run.pk)
+        store.event(run.pk, EventKind.CANCELLED, actor, previous_status=run.status, reason=reason)
+    return _fresh(run.pk)
 
 
 # --- discovery -------------------------------------------------------------------------------
@@ -686,19 +697,35 @@ def list_runs(*statuses: str) -> Any:
     return Run.objects.filter(status__in=statuses or UNFINISHED_STATUSES).order_by("created_at")
 
 
-def resume() -> list[str]:
-    """Hand every run that can move now to the executor: startup discovery and the sweep.
+@overload
+def resume() -> list[str]: ...
 
-    First the due approval timers fire (expiry, escalation, warnings), each once; then queued
-    runs whose message was lost, expired leases and due retry timers. Claiming stays the
+
+@overload
+def resume(run_id: Any, *, actor: str) -> Run: ...
+
+
+def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
+    """Let runs move again.
+
+    `resume()`: hand every run that can move now to the executor — startup discovery and the
+    sweep: first the due approval timers fire (expiry, escalation, warnings), each once; then
+    queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
     only door into `running`, so handing a run over twice is harmless.
+
+    `resume(run_id, actor=...)`: return a paused run exactly where it was paused (see
+    `runtime.surgery.resume_run`).
     """
+    if run_id is not None or actor is not None:
+        from runtime.surgery import resume_run
+
+        return resume_run(run_id, actor=_actor(actor))
     from runtime import work  # it builds on this module's verbs
 
     work.fire_due_timers()
     due = [str(pk) for pk in store.due_run_ids()]
-    for run_id in due:
-        dispatch.enqueue_on_commit(run_id)
+    for each in due:
+        dispatch.enqueue_on_commit(each)
     return due
 
 

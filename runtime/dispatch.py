@@ -35,6 +35,13 @@ def enqueue_on_commit(run_id: Any) -> None:
         transaction.on_commit(lambda: hook(str(run_id)), robust=True)
 
 
+def enqueue_job_on_commit(job_id: Any) -> None:
+    """Ask the workers to work a bulk job once the current transaction commits."""
+    hook = _hook("AGENTOPS_BULK_DISPATCH")
+    if hook is not None:
+        transaction.on_commit(lambda: hook(str(job_id)), robust=True)
+
+
 def publish_on_commit(event: Any) -> None:
     """Push a committed event to live subscribers; the event log itself is the outbox."""
     hook = _hook("AGENTOPS_PUBLISH")

@@ -14,6 +14,7 @@ to needs_attention; an operation re-run after crashes has an attempt budget.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import os
@@ -26,7 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import approval_store, clock, faults, jsonvalues, registry, store, tracing
+from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
@@ -34,6 +35,7 @@ from runtime.models import (
     ApprovalReceipt,
     AttentionReason,
     ErrorKind,
+    EventKind,
     Interaction,
     InteractionKind,
     InteractionStatus,
@@ -53,6 +55,7 @@ from runtime.policy import (
     receipt,
     receipt_differences,
 )
+from runtime.store import surgery as surgery_store
 from runtime.transcript import (
     NUDGE,
     append,
@@ -124,6 +127,9 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
     except Exception as exc:  # a bug or a failed checkpoint: never leave the run `running`
         log.exception("run %s: the claim ended in an unexpected exception", run_id)
         _record_crash(run, exc)
+    # A pause asked for while the claim ended elsewhere (waiting, a retry timer, a block) takes
+    # effect now, before anyone can act on that state.
+    surgery_store.settle_pause(run.pk)
     return True
 
 
@@ -139,7 +145,7 @@ def _record_crash(run: Run, exc: Exception) -> None:
             store.transition(
                 run,
                 RunStatus.RETRY_WAIT,
-                "retry_scheduled",
+                EventKind.RETRY_SCHEDULED,
                 data={
                     "reason": "crash",
                     "error": crash,
@@ -169,7 +175,7 @@ def _crash_loop(run: Run, crash: str, claims: int) -> None:
     store.transition(
         run,
         RunStatus.NEEDS_ATTENTION,
-        "blocked",
+        EventKind.BLOCKED,
         data={"reason": AttentionReason.CRASH_LOOP, **detail},
         attention_reason=AttentionReason.CRASH_LOOP,
         attention_detail=detail,
@@ -244,23 +250,20 @@ class _Turn:
     def execute(self) -> None:
         self._check_crash_loop()
         agent = self._checked_agent()
-        # A session's first run has no earlier transcript: skip the query.
-        history = session_history(self.run, runs=agent.history_runs) if self.run.seq > 1 else []
-        if history and agent.compact_history is not None:
-            history = joined([agent.compact_history(history)])
-        # `own` is this run's part, for its transcript; `messages` what the model is sent. Both
-        # grow alike: a message merges into the one before it only when their roles match, and
-        # after the first message that depends on `own` alone.
-        own: list[dict[str, Any]] = []
-        messages = joined([history])
+        own, messages = opening(self.run, agent)
+        # A fork's edited model requests: from that step on, the model is sent these messages.
+        edits: dict[str, Any] = self.run.fork_context.get("messages", {})
 
         def add(role: str, content: str | list[dict[str, Any]]) -> None:
             append(own, role, content)
             append(messages, role, content)
 
-        add("user", self.run.input)
         nudged = False
         for step in range(1, agent.max_steps + 1):
+            edited = edits.get(f"step-{step}/model")
+            if edited is not None:
+                # A fork's own part is all it sends (see `opening`), so both are the edit.
+                own[:], messages[:] = copy.deepcopy(edited), copy.deepcopy(edited)
             response = self._model_call(agent, step, messages)
             content = visible_content(response)
             if response.stop_reason == "pause_turn":
@@ -277,7 +280,7 @@ class _Turn:
                     continue
                 self._finish(
                     RunStatus.COMPLETED,
-                    "completed",
+                    EventKind.COMPLETED,
                     output=response.text,
                     transcript=own,
                     steps=step,
@@ -286,12 +289,18 @@ class _Turn:
             add("user", [self._tool_call(agent, step, use) for use in response.tool_uses])
         self._finish(
             RunStatus.FAILED,
-            "failed",
+            EventKind.FAILED,
             error=f"step budget exhausted: {agent.max_steps} model requests without a final answer",
             steps=agent.max_steps,
         )
 
-    def _finish(self, status: str, kind: str, **fields: Any) -> None:
+    def _pause_point(self) -> None:
+        """A durable boundary (no call in flight): pause here if an operator asked to."""
+        if surgery_store.pause_requested(self.run):
+            surgery_store.enter_pause(self.run)
+            raise _Stop
+
+    def _finish(self, status: str, kind: EventKind, **fields: Any) -> None:
         data = {"error": fields["error"]} if "error" in fields else {}
         store.transition(self.run, status, kind, data=data, finished_at=clock.now(), **fields)
         raise _Stop
@@ -300,7 +309,7 @@ class _Turn:
         store.transition(
             self.run,
             RunStatus.NEEDS_ATTENTION,
-            "blocked",
+            EventKind.BLOCKED,
             key=key,
             data={"reason": reason, **detail},
             attention_reason=reason,
@@ -360,7 +369,7 @@ class _Turn:
     # --- model requests ----------------------------------------------------------------------
 
     def _model_call(self, agent: Agent, step: int, messages: list[dict[str, Any]]) -> ModelResponse:
-        key = f"step-{step}/model"
+        key = keys.model_key(step)
         tools, static_input = self._static_request_parts(agent)
         request = ModelRequest(
             model=agent.model,
@@ -385,6 +394,7 @@ class _Turn:
             return ModelResponse.model_validate(op.result)
         if op is not None:
             self._before_model_attempt(agent, op)
+        self._pause_point()
         faults.reach("before_intent", self.run, key, "model")
         op = store.write_intent(
             self.run,
@@ -401,7 +411,7 @@ class _Turn:
         try:
             with tracing.model_span(self.run, key, request) as span:
                 raw = registry.model_client(agent).complete(
-                    request, operation_id=_op_id(self.run, key)
+                    request, operation_id=keys.operation_id(self.run.pk, key)
                 )
                 span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
@@ -445,7 +455,7 @@ class _Turn:
         if op.status == OperationStatus.FAILED:
             self._finish(
                 RunStatus.FAILED,
-                "failed",
+                EventKind.FAILED,
                 error=f"model error after {op.attempts} attempts: {op.error}",
             )
 
@@ -496,18 +506,7 @@ class _Turn:
         """The tool specs and the step-independent part of the saved input, once per turn:
         rebuilding the JSON schemas for every step cost more than the step's durable writes."""
         if self._request_parts is None:
-            tools = [t.model_spec() for t in agent.tools]
-            parts: dict[str, Any] = {
-                "model": agent.model,
-                "system_sha256": digest(agent.instructions),
-                "tools": [t.name for t in agent.tools],
-                "tools_sha256": digest([t.model_dump() for t in tools]),
-                "max_tokens": agent.max_tokens,
-            }
-            # Only when set: requests logged before the setting existed keep their hash.
-            if agent.thinking_budget is not None:
-                parts["thinking_budget"] = agent.thinking_budget
-            self._request_parts = (tools, parts)
+            self._request_parts = request_parts(agent)
         return self._request_parts
 
     def _after_model_error(
@@ -524,7 +523,10 @@ class _Turn:
         if policy is None or op.attempts >= policy.max_attempts:
             tries = f" after {op.attempts} attempts" if policy else ""
             self._finish(
-                RunStatus.FAILED, "failed", error=f"model error{tries}: {message}", error_kind=kind
+                RunStatus.FAILED,
+                EventKind.FAILED,
+                error=f"model error{tries}: {message}",
+                error_kind=kind,
             )
         assert policy is not None
         delay = policy.delay_after(op.attempts, retry_after=retry_after)
@@ -532,7 +534,7 @@ class _Turn:
         store.transition(
             self.run,
             RunStatus.RETRY_WAIT,
-            "retry_scheduled",
+            EventKind.RETRY_SCHEDULED,
             key=op.key,
             data={
                 "attempt": op.attempts,
@@ -550,7 +552,7 @@ class _Turn:
     # --- tool calls --------------------------------------------------------------------------
 
     def _tool_call(self, agent: Agent, step: int, use: ToolUseBlock) -> dict[str, Any]:
-        key = f"step-{step}/tool/{use.id}"
+        key = keys.tool_key(step, use.id)
         interaction = self.interactions.get(key)
         edit = _edit(interaction)
         saved_input = _saved_tool_input(use, edit)
@@ -629,30 +631,18 @@ class _Turn:
             if attempts >= operation_attempts():
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
+        self._pause_point()
         faults.reach("before_intent", self.run, key, tool.name)
-        try:
-            with transaction.atomic():
-                # The approval's receipt is used by this intent, atomically: once, by this call.
-                if (
-                    op is None
-                    and interaction is not None
-                    and _receipt(interaction) is not None
-                    and not approval_store.use_receipt(interaction.pk, clock.now())
-                ):
-                    raise _ReceiptUsed
-                op = store.write_intent(
-                    self.run,
-                    op,
-                    key=key,
-                    kind=OperationKind.TOOL,
-                    name=tool.name,
-                    policy=policy,
-                    input=saved_input,
-                    input_hash=input_hash,
-                    rerun=rerun,
-                )
-        except _ReceiptUsed:
-            self._block_receipt(key, "this approval was used already", [])
+        op = self._tool_intent(
+            op,
+            interaction,
+            key=key,
+            name=tool.name,
+            policy=policy,
+            saved_input=saved_input,
+            input_hash=input_hash,
+            rerun=rerun,
+        )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
         with tracing.tool_span(self.run, op) as span:
@@ -689,6 +679,7 @@ class _Turn:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
+            self._pause_point()
             if tool.is_question:
                 kind, payload = InteractionKind.QUESTION, args.model_dump(mode="json")
             else:
@@ -696,7 +687,7 @@ class _Turn:
                     InteractionKind.TOOL_APPROVAL,
                     {"arguments": args.model_dump(mode="json")},
                 )
-            approval_store.request(
+            store.request_approval(
                 self.run,
                 key=key,
                 kind=kind,
@@ -708,7 +699,7 @@ class _Turn:
             raise _Stop
         if interaction.status != InteractionStatus.ANSWERED:
             # Claimed while a person still has to answer: should not happen; wait again.
-            store.transition(self.run, RunStatus.WAITING, "waiting", key=key)
+            store.transition(self.run, RunStatus.WAITING, EventKind.WAITING, key=key)
             raise _Stop
         response = interaction.response or {}
         if tool.is_question:
@@ -742,6 +733,43 @@ class _Turn:
         if op is not None and not tool.needs_approval(args):
             return None
         return policy_for(agent, tool, args)
+
+    def _tool_intent(
+        self,
+        op: Operation | None,
+        interaction: Interaction | None,
+        *,
+        key: str,
+        name: str,
+        policy: str,
+        saved_input: dict[str, Any],
+        input_hash: str,
+        rerun: str,
+    ) -> Operation:
+        """Write 1 of 2 of a tool call; an approved call's receipt is used by its first intent,
+        in the same transaction: once, by this call."""
+        try:
+            with transaction.atomic():
+                if (
+                    op is None
+                    and interaction is not None
+                    and _receipt(interaction) is not None
+                    and not store.use_receipt(interaction.pk, clock.now())
+                ):
+                    raise _ReceiptUsed
+                return store.write_intent(
+                    self.run,
+                    op,
+                    key=key,
+                    kind=OperationKind.TOOL,
+                    name=name,
+                    policy=policy,
+                    input=saved_input,
+                    input_hash=input_hash,
+                    rerun=rerun,
+                )
+        except _ReceiptUsed:
+            self._block_receipt(key, "this approval was used already", [])
 
     def _checked_receipt(
         self, agent: Agent, tool: Tool, interaction: Interaction, key: str
@@ -830,8 +858,42 @@ def _result_block(
     return tool_result_block(tool_use_id, result, is_error)
 
 
-def _op_id(run: Run, key: str) -> str:
-    return f"{run.pk}:{key}"
+def opening(run: Run, agent: Agent) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What a run starts its turn with: (its own part, for its transcript; what the model is
+    sent). Both grow alike: a message merges into the one before it only when their roles
+    match, and after the first message that depends on the own part alone.
+
+    A fork starts with its parent's first request (its seed): its own part is all of it, so
+    its new session's later runs see what the fork saw.
+    """
+    seed = run.fork_context.get("seed")
+    if seed is not None:
+        return copy.deepcopy(seed), copy.deepcopy(seed)
+    # A session's first run has no earlier transcript: skip the query.
+    history = session_history(run, runs=agent.history_runs) if run.seq > 1 else []
+    if history and agent.compact_history is not None:
+        history = joined([agent.compact_history(history)])
+    own: list[dict[str, Any]] = []
+    messages = joined([history])
+    append(own, "user", run.input)
+    append(messages, "user", run.input)
+    return own, messages
+
+
+def request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
+    """The tool specs and the step-independent part of a model request's saved input."""
+    tools = [t.model_spec() for t in agent.tools]
+    parts: dict[str, Any] = {
+        "model": agent.model,
+        "system_sha256": digest(agent.instructions),
+        "tools": [t.name for t in agent.tools],
+        "tools_sha256": digest([t.model_dump() for t in tools]),
+        "max_tokens": agent.max_tokens,
+    }
+    # Only when set: requests logged before the setting existed keep their hash.
+    if agent.thinking_budget is not None:
+        parts["thinking_budget"] = agent.thinking_budget
+    return tools, parts
 
 
 def _context(run: Run, op: Operation) -> ToolContext:

@@ -87,6 +87,13 @@ class RetryRejected(AgentOpsError):
     code = "retry_rejected"
 
 
+class ForkRefused(AgentOpsError):
+    """A fork that cannot be made as asked: the parent's state, an unreusable log, or manual
+    calls that would run again without their acknowledgement."""
+
+    code = "fork_refused"
+
+
 class RegistrationError(AgentOpsError):
     """A register batch is invalid; nothing in it was written."""
 

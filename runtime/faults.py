@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 WINDOWS = (
@@ -46,3 +47,12 @@ def reach(window: str, run: Any, key: str, operation: str) -> None:
         active = _kill_at(os.environ["AGENTOPS_CRASH_AT"])
     if active is not None:
         active(window, run, key, operation)
+
+
+# The fence as a test harness sees it (runtime.testing.fence_hook): called around every fenced
+# write of a worker with the run, it yields what the write requires of the run, its fence and
+# status (the claim's: run.fence and "running", unless the harness substitutes others to show
+# what a worker without the check would do), and sees the LeaseLost of a refused write. In
+# production nothing is installed.
+FenceHook = Callable[[Any], AbstractContextManager[tuple[int, str]]]
+fence: FenceHook | None = None

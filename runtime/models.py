@@ -1,18 +1,90 @@
 """The durable data model: sessions, runs, operations, interactions, events, agent versions,
 and the approval policy (rules, work items, votes, timers, receipts).
 
-Rows are written only by `runtime/` (the engine and the control verbs); everything else reads.
-Each status field lists its allowed transitions beside its choices, and every transition is a
-guarded UPDATE in `runtime/store.py`.
+Rows are written only by the store (`runtime/store/`); everything else reads. The vocabulary
+of stored values is defined here once: statuses (with the allowed run transitions beside their
+choices; the store checks every guarded move against them), event kinds, the runtime's actor
+name, and the permission names.
 """
 
 from __future__ import annotations
 
+import enum
 import uuid
 from typing import Any, ClassVar
 
 from django.db import models
 from django.db.models import Q
+
+from runtime import keys
+
+# The actor of the runtime's own events; a person's events name the person.
+RUNTIME = "runtime"
+
+
+class Permission(enum.StrEnum):
+    """Who may do what: the names views, the admin, the API and tests check (user.has_perm)."""
+
+    RESPOND = "agentops.respond_run"
+    RESOLVE = "agentops.resolve_run"
+    CONTROL = "agentops.control_run"
+    MANAGE_VERSIONS = "agentops.manage_agentversion"
+
+    @property
+    def codename(self) -> str:
+        return self.value.partition(".")[2]
+
+
+class EventKind(models.TextChoices):
+    """What an event records. The engine's, then the people's (through the verbs)."""
+
+    CLAIMED = "claimed"
+    LEASE_EXPIRED = "lease_expired"
+    INTENT = "intent"
+    OUTCOME = "outcome"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    WAITING = "waiting"
+    RETRY_SCHEDULED = "retry_scheduled"
+    TOOL_APPROVAL_REQUESTED = "tool_approval_requested"
+    QUESTION_REQUESTED = "question_requested"
+    SUBMITTED = "submitted"
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_REJECTED = "approval_rejected"
+    QUESTION_ANSWERED = "question_answered"
+    OPERATION_RESOLVED = "operation_resolved"
+    RETRIED = "retried"
+    RETRIED_NOW = "retried_now"
+    CANCELLED = "cancelled"
+    AGENT_REGISTERED = "agent_registered"
+    AGENT_UNREGISTERED = "agent_unregistered"
+    # Run surgery: pause and resume, forks, bulk jobs.
+    PAUSE_REQUESTED = "pause_requested"
+    PAUSE_WITHDRAWN = "pause_withdrawn"
+    PAUSE_DROPPED = "pause_dropped"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    FORKED = "forked"
+    FORK_CREATED = "fork_created"
+    BULK_JOB_SUBMITTED = "bulk_job_submitted"
+    BULK_JOB_STOPPED = "bulk_job_stopped"
+    # Approval policy: the rule a call asks under, approvals short of a quorum, edits, the
+    # work queue's claims, and the timers the sweep fires.
+    APPROVAL_RULE_APPLIED = "approval_rule_applied"
+    APPROVAL_COUNTED = "approval_counted"
+    ARGUMENTS_EDITED = "arguments_edited"
+    ITEM_CLAIMED = "item_claimed"
+    ITEM_RELEASED = "item_released"
+    ITEM_ASSIGNED = "item_assigned"
+    APPROVAL_EXPIRING = "approval_expiring"
+    APPROVAL_ESCALATED = "approval_escalated"
+    APPROVAL_EXPIRED = "approval_expired"
+
+    @classmethod
+    def requested(cls, interaction_kind: str) -> EventKind:
+        """The event that asks a person: for a tool approval or a question."""
+        return cls(f"{interaction_kind}_requested")
 
 
 class RunStatus(models.TextChoices):
@@ -24,11 +96,13 @@ class RunStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # An operator paused it: never claimed, its timer held, until resumed (to `paused_from`).
+    PAUSED = "paused"
 
 
 # from -> the statuses a guarded UPDATE may move it to.
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
-    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(
         {
             RunStatus.RUNNING,  # a takeover of an expired lease
@@ -38,11 +112,24 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
             RunStatus.RETRY_WAIT,
             RunStatus.NEEDS_ATTENTION,
             RunStatus.CANCELLED,
+            RunStatus.PAUSED,  # at a durable boundary, after a pause was requested
         }
     ),
-    RunStatus.WAITING: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
-    RunStatus.RETRY_WAIT: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.CANCELLED}),
-    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.QUEUED, RunStatus.CANCELLED}),
+    RunStatus.WAITING: frozenset({RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}),
+    RunStatus.RETRY_WAIT: frozenset(
+        {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}
+    ),
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.CANCELLED}),
+    # Resume returns it where it was paused (or queued, if its interaction was answered).
+    RunStatus.PAUSED: frozenset(
+        {
+            RunStatus.QUEUED,
+            RunStatus.WAITING,
+            RunStatus.RETRY_WAIT,
+            RunStatus.NEEDS_ATTENTION,
+            RunStatus.CANCELLED,
+        }
+    ),
     RunStatus.FAILED: frozenset({RunStatus.QUEUED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
@@ -51,6 +138,15 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 UNFINISHED_STATUSES = (
     RunStatus.QUEUED,
     RunStatus.RUNNING,
+    RunStatus.WAITING,
+    RunStatus.RETRY_WAIT,
+    RunStatus.NEEDS_ATTENTION,
+    RunStatus.PAUSED,
+)
+# Where a paused run can return to: the statuses it may be paused from, `running` aside (a
+# running run pauses at its next durable boundary and returns as queued, to replay its log).
+PAUSABLE_STATUSES = (
+    RunStatus.QUEUED,
     RunStatus.WAITING,
     RunStatus.RETRY_WAIT,
     RunStatus.NEEDS_ATTENTION,
@@ -99,7 +195,9 @@ class AgentVersion(models.Model):
                 fields=["agent", "version"], name="one_registration_per_version"
             )
         ]
-        permissions: ClassVar = [("manage_agentversion", "Can register and unregister versions")]
+        permissions: ClassVar = [
+            (Permission.MANAGE_VERSIONS.codename, "Can register and unregister versions")
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent} {self.version}"
@@ -152,6 +250,19 @@ class Run(models.Model):
     # exception); reset when a claim ends cleanly. Past the limit the run is a crash loop.
     crashed_claims = models.PositiveIntegerField(default=0)
     last_crash = models.TextField(blank=True)
+    # Pause: who asked a running run to pause (it pauses at its next durable boundary) and why;
+    # while paused, the status resume returns it to.
+    pause_requested_by = models.CharField(max_length=150, blank=True)
+    pause_reason = models.TextField(blank=True)
+    paused_from = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    # Fork: the run this one was forked from and the operation it forked at. `fork_context`
+    # holds what the engine needs: {"seed": the messages the parent's first request was sent,
+    # "messages": {operation key: edited messages of that model request}}.
+    parent = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="forks"
+    )
+    fork_point = models.CharField(max_length=200, blank=True)
+    fork_context = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -169,6 +280,7 @@ class Run(models.Model):
                         "waiting",
                         "retry_wait",
                         "needs_attention",
+                        "paused",
                     ]
                 ),
                 name="one_unfinished_run_per_session",
@@ -195,9 +307,9 @@ class Run(models.Model):
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),
         ]
         permissions: ClassVar = [
-            ("respond_run", "Can answer approvals and questions"),
-            ("resolve_run", "Can reconcile uncertain operations"),
-            ("control_run", "Can retry and cancel runs"),
+            (Permission.RESPOND.codename, "Can answer approvals and questions"),
+            (Permission.RESOLVE.codename, "Can reconcile uncertain operations"),
+            (Permission.CONTROL.codename, "Can retry and cancel runs"),
         ]
 
     def __str__(self) -> str:
@@ -252,7 +364,7 @@ class Operation(models.Model):
     @property
     def operation_id(self) -> str:
         """The external idempotency key: stable across crashes and retries."""
-        return f"{self.run_id}:{self.key}"
+        return keys.operation_id(self.run_id, self.key)
 
 
 class InteractionKind(models.TextChoices):
@@ -329,8 +441,10 @@ class Event(models.Model):
         blank=True,
         db_index=False,
     )
-    kind = models.CharField(max_length=50)
-    # "runtime" for the engine, otherwise the username of the person who acted.
+    kind = models.CharField(
+        max_length=50
+    )  # an EventKind (no choices: a new kind needs no migration)
+    # "runtime" (RUNTIME) for the engine, otherwise the username of the person who acted.
     actor = models.CharField(max_length=150)
     operation_key = models.CharField(max_length=200, blank=True)
     data = models.JSONField(default=dict, blank=True)
@@ -373,7 +487,8 @@ class ApprovalRule(models.Model):
     It applies to calls of `tool` by `agent` whose arguments satisfy `condition` (JSON Logic
     over the validated arguments; {} matches every call). A tool's `requires_approval` in code
     stays the floor: a matching rule makes a call need approval, and sets who may give it.
-    Saving validates the rule against the tool's input schema (runtime.approvals.check_rule).
+    Every save validates the rule against the tool's input schema (runtime.policy.check_rule,
+    connected to pre_save by the app), so no path stores a rule the engine could not evaluate.
     """
 
     name = models.CharField(max_length=100, unique=True)
@@ -419,16 +534,6 @@ class ApprovalRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        # No path saves a rule the engine could not evaluate: the admin, seeds and shells alike.
-        self.full_clean()
-        super().save(*args, **kwargs)
-
-    def clean(self) -> None:
-        from runtime.policy import check_rule
-
-        check_rule(self)
 
 
 class WorkItem(models.Model):
@@ -537,3 +642,96 @@ class ApprovalReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"receipt {self.digest[:12]}"
+
+
+class BulkAction(models.TextChoices):
+    RETRY = "retry"
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class BulkJobStatus(models.TextChoices):
+    RUNNING = "running"  # items left; workers take them in batches
+    STOPPED = "stopped"  # an operator stopped it: its pending items are left untouched
+    COMPLETED = "completed"  # every item was touched or skipped
+
+
+# from -> the statuses a guarded UPDATE may move it to.
+BULK_JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    BulkJobStatus.RUNNING: frozenset({BulkJobStatus.STOPPED, BulkJobStatus.COMPLETED}),
+    BulkJobStatus.STOPPED: frozenset(),
+    BulkJobStatus.COMPLETED: frozenset(),
+}
+
+
+class BulkJob(models.Model):
+    """One operator action (retry, cancel, pause, resume) over every run a filter matched.
+
+    The matching runs are fixed when the job is submitted (one item each); workers take the
+    pending items in batches, each item's verb and its mark in one transaction.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Submitting the same key again returns this job: a double submit starts nothing twice.
+    key = models.CharField(max_length=100, unique=True)
+    action = models.CharField(max_length=20, choices=BulkAction.choices)
+    filters = models.JSONField(default=dict)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=20, choices=BulkJobStatus.choices, default=BulkJobStatus.RUNNING
+    )
+    total = models.PositiveIntegerField(default=0)
+    touched = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    stopped_by = models.CharField(max_length=150, blank=True)
+    # The worker taking its items now; an expired lease lets the sweep hand it to another.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # Runs list: the latest jobs; the sweep: running jobs whose lease expired.
+            models.Index(fields=["status", "-created_at"], name="bulk_job_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"bulk {self.action} {self.id} ({self.status})"
+
+    @property
+    def done(self) -> int:
+        return self.touched + self.skipped
+
+
+class BulkItemStatus(models.TextChoices):
+    PENDING = "pending"
+    TOUCHED = "touched"  # the verb was applied
+    SKIPPED = "skipped"  # the verb refused it when its turn came; `detail` says why
+
+
+class BulkJobItem(models.Model):
+    """One run of a bulk job, marked in the transaction that applied the verb to it."""
+
+    job = models.ForeignKey(BulkJob, on_delete=models.PROTECT, related_name="items")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="bulk_items")
+    status = models.CharField(
+        max_length=20, choices=BulkItemStatus.choices, default=BulkItemStatus.PENDING
+    )
+    detail = models.TextField(blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["job", "run"], name="one_bulk_item_per_run"),
+        ]
+        indexes: ClassVar = [
+            # Workers: a job's pending items, in order; progress counts by status.
+            models.Index(fields=["job", "status", "id"], name="bulk_item_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.run_id} ({self.status})"

@@ -23,7 +23,7 @@ from runtime import clock, store
 from runtime.agents import Agent, spec_differences
 from runtime.errors import AgentDefinitionError, DurableConflictError, RegistrationError
 from runtime.llm import Model
-from runtime.models import UNFINISHED_STATUSES, AgentVersion, AttentionReason, Run
+from runtime.models import UNFINISHED_STATUSES, AgentVersion, AttentionReason, EventKind, Run
 
 _loaded: dict[tuple[str, str], Agent] | None = None
 _override: list[dict[tuple[str, str], Agent]] = []
@@ -186,32 +186,21 @@ def register(entries: Iterable[Agent | tuple[str, str]], *, actor: str) -> list[
             for agent in batch:
                 row = existing.get(agent.key)
                 if row is None:
-                    row = AgentVersion.objects.create(
+                    row = store.add_version(
                         agent=agent.name,
                         version=agent.version,
                         fingerprint=agent.fingerprint,
                         spec=agent.spec(),
-                        registered_at=now,
-                        registered_by=actor,
+                        actor=actor,
+                        now=now,
                     )
-                else:
-                    landed = AgentVersion.objects.filter(
-                        pk=row.pk, unregistered_at__isnull=False, fingerprint=agent.fingerprint
-                    ).update(
-                        registered_at=now,
-                        registered_by=actor,
-                        unregistered_at=None,
-                        unregistered_by="",
+                elif not store.reactivate_version(row, actor=actor, now=now):
+                    raise RegistrationError(
+                        f"nothing was registered: {agent.name} {agent.version} changed meanwhile"
                     )
-                    if landed != 1:
-                        raise RegistrationError(
-                            f"nothing was registered: {agent.name} {agent.version} "
-                            "changed meanwhile"
-                        )
-                    row.refresh_from_db()
                 store.event(
                     None,
-                    "agent_registered",
+                    EventKind.AGENT_REGISTERED,
                     actor,
                     agent=agent.name,
                     version=agent.version,
@@ -261,8 +250,8 @@ def unregister(name: str, version: str, *, actor: str) -> bool:
                 run_ids=[str(run_id) for run_id, _ in needing],
             )
         now = clock.now()
-        AgentVersion.objects.filter(pk=row.pk).update(unregistered_at=now, unregistered_by=actor)
-        store.event(None, "agent_unregistered", actor, agent=name, version=version)
+        store.retire_version(row, actor=actor, now=now)
+        store.event(None, EventKind.AGENT_UNREGISTERED, actor, agent=name, version=version)
     return True
 
 

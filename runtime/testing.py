@@ -12,18 +12,20 @@ process that died.
 
     with testing.fixed_jitter(1.0):     # backoff delays at their ceiling, for exact timers
         ...
+
+    with testing.fence_hook(watch):     # see (or substitute) the fence of every fenced write
+        ...
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from runtime import agents, clock, engine, faults
-from runtime.models import Run, RunStatus
+from runtime import agents, engine, faults, store
+from runtime.models import Run
 from runtime.registry import code_defines
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "code_defines",
     "crash_at",
     "expire_lease",
+    "fence_hook",
     "fixed_jitter",
     "recover",
     "run_until_idle",
@@ -64,11 +67,25 @@ def crash_at(window: str, *, tool: str | None = None, times: int = 1) -> Iterato
         faults.handler = previous
 
 
+@contextmanager
+def fence_hook(hook: faults.FenceHook) -> Iterator[None]:
+    """Install `hook` around every fenced write of a worker inside the block.
+
+    `hook(run)` is a context manager that yields what the write requires of the run, its fence
+    and status (`(run.fence, "running")` to only watch; the run's current ones to show what a
+    worker without the check would do) and sees the LeaseLost of a refused write. Worker
+    processes of a test may also assign `runtime.faults.fence` for their lifetime.
+    """
+    previous, faults.fence = faults.fence, hook
+    try:
+        yield
+    finally:
+        faults.fence = previous
+
+
 def expire_lease(run_id: Any) -> None:
     """Make a crashed worker's lease run out now, as the passing of time would."""
-    Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
-        lease_expires_at=clock.now() - dt.timedelta(seconds=1)
-    )
+    store.expire_lease(run_id)
 
 
 def run_until_idle(run_id: Any, *, limit: int = 50) -> Run:

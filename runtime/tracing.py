@@ -14,6 +14,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from runtime import keys
+
 _tracer: trace.Tracer | None = None
 
 
@@ -102,7 +104,7 @@ def tool_span(run: Any, op: Any) -> Iterator[SpanHandle]:
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": op.name,
-        "gen_ai.tool.call.id": op.key.rsplit("/", 1)[-1],
+        "gen_ai.tool.call.id": _call_id(op.key),
         "agentops.recovery": op.policy,
         "agentops.attempt": op.attempts,
         **_operation_attributes(run, op.key),
@@ -115,5 +117,10 @@ def _operation_attributes(run: Any, key: str) -> dict[str, Any]:
     return {
         "agentops.run.id": str(run.pk),
         "agentops.operation.key": key,
-        "agentops.operation.id": f"{run.pk}:{key}",
+        "agentops.operation.id": keys.operation_id(run.pk, key),
     }
+
+
+def _call_id(key: str) -> str:
+    parsed = keys.parse_key(key)
+    return parsed.call_id if parsed else key

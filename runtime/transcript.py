@@ -11,9 +11,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from runtime import keys
 from runtime.agents import ToolDurabilityError
 from runtime.llm import ModelResponse
-from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, OperationStatus, Run, RunStatus
 
 # What the engine says, once per run, when the model ends its turn with nothing to show: the
 # Messages API's advice for an empty end_turn is a new user message asking it to go on, never
@@ -101,7 +102,7 @@ def logged_messages(
     append(messages, "user", run_input)
     nudged = False
     step = 1
-    while (model := ops.get(f"step-{step}/model")) and model.status == OperationStatus.COMPLETED:
+    while (model := ops.get(keys.model_key(step))) and model.status == OperationStatus.COMPLETED:
         response = ModelResponse.model_validate(model.result)
         content = visible_content(response)
         if response.stop_reason == "pause_turn":
@@ -121,7 +122,7 @@ def logged_messages(
         append(messages, "assistant", content)
         results = []
         for use in uses:
-            op = ops.get(f"step-{step}/tool/{use.id}")
+            op = ops.get(keys.tool_key(step, use.id))
             if op is not None and op.status in ANSWERED:
                 results.append(tool_result_block(use.id, op.result, op.is_error))
             elif ended:
@@ -158,7 +159,7 @@ def session_history(run: Run, *, runs: int | None = None) -> list[dict[str, Any]
         for op in Operation.objects.filter(run_id__in=unanswered):
             ops[op.run_id][op.key] = op
         for run_id, data in Event.objects.filter(
-            run_id__in=unanswered, kind="cancelled"
+            run_id__in=unanswered, kind=EventKind.CANCELLED
         ).values_list("run_id", "data"):
             reasons[run_id] = str(data.get("reason", ""))
     parts = []

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from pydantic import ValidationError
 
-from runtime import approval_store, clock, dispatch, jsonvalues, policy, registry, store
+from runtime import clock, dispatch, jsonvalues, policy, registry, store
 from runtime.agents import digest
 from runtime.control import _actor, _get, _when
 from runtime.errors import (
@@ -26,10 +26,12 @@ from runtime.errors import (
 )
 from runtime.models import (
     ApprovalTimer,
+    EventKind,
     ExpiryOutcome,
     Interaction,
     InteractionKind,
     InteractionStatus,
+    Run,
     TimerKind,
     WorkItem,
 )
@@ -57,7 +59,7 @@ def work_item(interaction: Interaction) -> WorkItem | None:
 def _pending(interaction_id: Any) -> tuple[Interaction, WorkItem]:
     """The pending interaction and its work item, read under the run's row lock."""
     found = _get(Interaction, interaction_id)
-    approval_store.lock_run(found.run_id)
+    _get(Run, found.run_id, lock=True)
     interaction = Interaction.objects.select_related("run").get(pk=found.pk)
     if interaction.status != InteractionStatus.PENDING:
         how = "answered" if interaction.status == InteractionStatus.ANSWERED else "closed"
@@ -115,12 +117,12 @@ def edit(interaction_id: Any, arguments: Any, *, actor: str) -> WorkItem:
             raise ApprovalRefused(problem)
         if edited == policy.current_arguments(interaction, item):
             raise InvalidInput("the edit changes nothing: these are the arguments already")
-        if not approval_store.edit(interaction, edited, actor, now):
+        if not store.edit_arguments(interaction, edited, actor, now):
             raise InteractionClosed("this approval was decided meanwhile")
         proposed = interaction.payload.get("arguments", {})
         store.event(
             run.pk,
-            "arguments_edited",
+            EventKind.ARGUMENTS_EDITED,
             actor,
             key=interaction.operation_key,
             interaction=str(interaction.pk),
@@ -146,12 +148,12 @@ def claim(interaction_id: Any, *, actor: str) -> WorkItem:
         interaction, item = _pending(interaction_id)
         held = item.claimed_by == actor and item.claim_expires_at and item.claim_expires_at > now
         until = now + dt.timedelta(seconds=claim_seconds())
-        if not approval_store.claim(interaction.pk, actor, now, until):
+        if not store.claim_item(interaction.pk, actor, now, until):
             raise ClaimConflict(_holder(item))
         if not held:
             store.event(
                 interaction.run_id,
-                "item_claimed",
+                EventKind.ITEM_CLAIMED,
                 actor,
                 key=interaction.operation_key,
                 interaction=str(interaction.pk),
@@ -171,12 +173,12 @@ def release(interaction_id: Any, *, actor: str) -> WorkItem:
     actor = _actor(actor)
     with transaction.atomic():
         interaction, item = _pending(interaction_id)
-        if not approval_store.release(interaction.pk, actor):
+        if not store.release_item(interaction.pk, actor):
             who = _holder(item) if item.claimed_by else "nobody holds it"
             raise ClaimConflict(f"{actor} holds no claim on this item: {who}")
         store.event(
             interaction.run_id,
-            "item_released",
+            EventKind.ITEM_RELEASED,
             actor,
             key=interaction.operation_key,
             interaction=str(interaction.pk),
@@ -202,11 +204,11 @@ def assign(interaction_id: Any, assignee: str, *, actor: str) -> WorkItem:
             named = " or ".join(repr(g) for g in allowed)
             raise ApprovalRefused(f"{assignee} is not in {named}, whose members decide this item")
         until = now + dt.timedelta(seconds=claim_seconds())
-        if not approval_store.assign(interaction.pk, assignee, until):
+        if not store.assign_item(interaction.pk, assignee, until):
             raise InteractionClosed("this item was decided meanwhile")
         store.event(
             interaction.run_id,
-            "item_assigned",
+            EventKind.ITEM_ASSIGNED,
             actor,
             key=interaction.operation_key,
             interaction=str(interaction.pk),
@@ -228,10 +230,10 @@ def fire_due_timers(limit: int = 200) -> int:
     """
     now = clock.now()
     fired = 0
-    for timer in approval_store.due_timers(now, limit):
+    for timer in store.due_timers(now, limit):
         with transaction.atomic():
-            approval_store.lock_run(timer.interaction.run_id)
-            if not approval_store.fire(timer, now):
+            _get(Run, timer.interaction.run_id, lock=True)
+            if not store.fire_timer(timer, now):
                 continue
             fired += 1
             interaction = Interaction.objects.get(pk=timer.interaction_id)
@@ -253,33 +255,35 @@ def _fired(
     }
     run_id = interaction.run_id
     if timer.kind == TimerKind.EXPIRING:
-        store.event(run_id, "approval_expiring", **_expiry(item), **common)
+        store.event(run_id, EventKind.APPROVAL_EXPIRING, **_expiry(item), **common)
     elif timer.kind == TimerKind.ESCALATE:
-        if approval_store.mark_escalated(interaction.pk, now):
+        if store.mark_escalated(interaction.pk, now):
             store.event(
                 run_id,
-                "approval_escalated",
+                EventKind.APPROVAL_ESCALATED,
                 group=rules.escalation_group,
                 why="escalation time",
                 **common,
             )
     elif rules.on_expiry == ExpiryOutcome.REJECT:
         reason = rules.expiry_reason or "the approval request expired"
-        if approval_store.expire_rejecting(interaction, reason, now):
-            approval_store.mark_expired(interaction.pk, now, flag=False)
-            approval_store.decided(interaction, now)
+        if store.expire_rejecting(interaction, reason, now):
+            store.mark_expired(interaction.pk, now, flag=False)
+            store.mark_decided(interaction, now)
             store.event(
-                run_id, "approval_expired", outcome=rules.on_expiry, reason=reason, **common
+                run_id, EventKind.APPROVAL_EXPIRED, outcome=rules.on_expiry, reason=reason, **common
             )
             dispatch.enqueue_on_commit(run_id)
     else:
-        approval_store.mark_expired(interaction.pk, now, flag=True)
-        store.event(run_id, "approval_expired", outcome=rules.on_expiry, **common)
-        if rules.on_expiry == ExpiryOutcome.ESCALATE and approval_store.mark_escalated(
-            interaction.pk, now
-        ):
+        store.mark_expired(interaction.pk, now, flag=True)
+        store.event(run_id, EventKind.APPROVAL_EXPIRED, outcome=rules.on_expiry, **common)
+        if rules.on_expiry == ExpiryOutcome.ESCALATE and store.mark_escalated(interaction.pk, now):
             store.event(
-                run_id, "approval_escalated", group=rules.escalation_group, why="expiry", **common
+                run_id,
+                EventKind.APPROVAL_ESCALATED,
+                group=rules.escalation_group,
+                why="expiry",
+                **common,
             )
 
 

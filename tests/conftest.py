@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from runtime import Agent, ModelRetry, ToolContext, ask_operator, register, tool
 from runtime.llm.scripted import ScriptedModel, Turn, call, say
 from runtime.registry import code_defines
+from tests.support import store_guard
 
 STRICT = os.environ.get("AGENTOPS_STRICT") == "1"
 
@@ -29,10 +30,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if "postgres" not in item.keywords]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _store_guard() -> None:
+    store_guard.install()
+
+
+@pytest.fixture(autouse=True)
+def _only_the_store_writes(_store_guard: None) -> Iterator[None]:
+    """Every test fails that made product code write the runtime's tables outside the store."""
+    seen = len(store_guard.violations)
+    yield
+    written = store_guard.violations[seen:]
+    assert not written, f"written outside runtime.store: {written}"
+
+
 @pytest.fixture(autouse=True)
 def _runtime_settings(settings: Any) -> None:
     settings.AGENTOPS_HEARTBEAT = False
     settings.AGENTOPS_DISPATCH = ""
+    settings.AGENTOPS_BULK_DISPATCH = ""
     settings.AGENTOPS_PUBLISH = ""
 
 

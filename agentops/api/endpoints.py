@@ -27,9 +27,16 @@ from agentops.api import schemas
 from agentops.api.auth import TokenAuth, allow, token_of
 from agentops.api.errors import ApiError, body, runtime_details, runtime_status
 from agentops.api.models import IdempotencyKey, Scope
-from runtime import control
+from runtime import bulk, control, surgery
 from runtime.errors import AgentOpsError
-from runtime.models import Interaction, InteractionKind, InteractionStatus, Run, RunStatus
+from runtime.models import (
+    BulkJob,
+    Interaction,
+    InteractionKind,
+    InteractionStatus,
+    Run,
+    RunStatus,
+)
 
 api = NinjaAPI(
     title="AgentOps API",
@@ -307,6 +314,136 @@ def cancel(request: HttpRequest, run_id: uuid.UUID, payload: schemas.CancelIn) -
     """Cancel an unfinished run; its pending interaction is closed."""
     actor = allow(request, Scope.CANCEL)
     return control.cancel(run_id, actor=actor, reason=payload.reason)
+
+
+@api.post(
+    "/runs/{run_id}/pause",
+    response={200: schemas.RunOut, **_errors(400, 404, 409)},
+    tags=["actions"],
+)
+def pause(request: HttpRequest, run_id: uuid.UUID, payload: schemas.PauseIn) -> Run:
+    """Pause a run at its next durable boundary (a running one finishes its call first)."""
+    actor = allow(request, Scope.PAUSE)
+    return surgery.pause(run_id, actor=actor, reason=payload.reason)
+
+
+@api.post(
+    "/runs/{run_id}/resume", response={200: schemas.RunOut, **_errors(404, 409)}, tags=["actions"]
+)
+def resume(request: HttpRequest, run_id: uuid.UUID) -> Run:
+    """Return a paused run exactly where it was paused."""
+    actor = allow(request, Scope.PAUSE)
+    return surgery.resume_run(run_id, actor=actor)
+
+
+@api.post(
+    "/runs/{run_id}/fork/preview",
+    response={200: schemas.ForkPreviewOut, **_errors(400, 404, 409)},
+    tags=["actions"],
+)
+def fork_preview(
+    request: HttpRequest, run_id: uuid.UUID, payload: schemas.ForkPreviewIn
+) -> dict[str, Any]:
+    """Which calls a fork from an operation reuses and which it runs again; nothing runs."""
+    allow(request, Scope.READ)
+    shown = surgery.fork_preview(
+        run_id, payload.operation_key, version=payload.version, input=payload.input
+    )
+    return {**vars(shown), "acknowledgements_needed": shown.acknowledgements_needed}
+
+
+@api.post(
+    "/runs/{run_id}/fork",
+    response={201: schemas.RunOut, **_errors(400, 404, 409)},
+    tags=["actions"],
+)
+def fork(request: HttpRequest, run_id: uuid.UUID, payload: schemas.ForkIn) -> Status[Run]:
+    """Start a fork: a new run in a new session, as its preview says (201)."""
+    actor = allow(request, Scope.FORK)
+    child = surgery.fork(
+        run_id,
+        payload.operation_key,
+        actor=actor,
+        version=payload.version,
+        input=payload.input,
+        acknowledge=payload.acknowledge,
+    )
+    return Status(201, child)
+
+
+# --- bulk jobs -----------------------------------------------------------------------------------
+
+
+def _job(job_id: uuid.UUID) -> BulkJob:
+    job = BulkJob.objects.filter(pk=job_id).first()
+    if job is None:
+        raise ApiError("not_found", f"bulk job {job_id} does not exist")
+    return job
+
+
+@api.post("/bulk/preview", response={200: schemas.BulkPreviewOut, **_errors(400)}, tags=["bulk"])
+def bulk_preview(request: HttpRequest, payload: schemas.BulkPreviewIn) -> dict[str, Any]:
+    """How many matching runs each action would touch, which it cannot and why."""
+    allow(request, Scope.READ)
+    shown = bulk.preview(payload.filters.model_dump(mode="json"))
+    return {
+        "matched": shown.matched,
+        "actions": {
+            action: {
+                "touch": each.touch,
+                "refused": each.refused,
+                "reasons": dict(each.reasons),
+                "examples": [list(example) for example in each.examples],
+            }
+            for action, each in shown.actions.items()
+        },
+    }
+
+
+@api.post(
+    "/bulk",
+    response={200: schemas.BulkJobOut, 201: schemas.BulkJobOut, **_errors(400, 404, 409)},
+    tags=["bulk"],
+)
+def bulk_submit(
+    request: HttpRequest,
+    payload: schemas.BulkIn,
+    idempotency_key: str | None = Header(
+        default=None,
+        alias="Idempotency-Key",
+        description="The same key again returns the first job (200) and starts nothing.",
+    ),
+) -> Status[BulkJob]:
+    """Start a job doing one action to every matching run it can touch (201)."""
+    actor = allow(request, Scope.BULK)
+    account = token_of(request).account
+    # Keys are the account's own: another account's key never returns its job.
+    key = f"api:{account.pk}:{_check_key(idempotency_key)}" if idempotency_key else None
+    known = key is not None and BulkJob.objects.filter(key=key).exists()
+    job = bulk.submit(
+        payload.action,
+        payload.filters.model_dump(mode="json"),
+        actor=actor,
+        key=key,
+        reason=payload.reason,
+    )
+    return Status(200 if known else 201, job)
+
+
+@api.get("/bulk/{job_id}", response={200: schemas.BulkJobOut, **_errors(404)}, tags=["bulk"])
+def bulk_job(request: HttpRequest, job_id: uuid.UUID) -> BulkJob:
+    """A bulk job and its progress."""
+    allow(request, Scope.READ)
+    return _job(job_id)
+
+
+@api.post(
+    "/bulk/{job_id}/stop", response={200: schemas.BulkJobOut, **_errors(404, 409)}, tags=["bulk"]
+)
+def bulk_stop(request: HttpRequest, job_id: uuid.UUID) -> BulkJob:
+    """Stop a running job: the batch in progress finishes, no further run is touched."""
+    actor = allow(request, Scope.BULK)
+    return bulk.stop(_job(job_id).pk, actor=actor)
 
 
 # --- interactions --------------------------------------------------------------------------------

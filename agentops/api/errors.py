@@ -35,6 +35,8 @@ RUNTIME_CODES: dict[str, str] = {
     "interaction_closed": "The interaction was closed: its run was cancelled.",
     "not_blocked": "The run is not blocked on that operation.",
     "retry_rejected": "The run cannot be retried now (the message says why).",
+    "fork_refused": "The fork cannot be made as asked: the run's state, an unreusable log, or "
+    "manual calls to run again without their acknowledgement (the message names them).",
 }
 
 

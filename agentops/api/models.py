@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from runtime.models import Run
+from runtime.models import Permission, Run
 
 TOKEN_PREFIX = "aot_"
 # The first characters of a token, kept in clear so that a person can tell tokens apart in the
@@ -34,6 +34,9 @@ class Scope(models.TextChoices):
     RESOLVE = "resolve", "Reconcile uncertain operations"
     RETRY = "retry", "Retry runs"
     CANCEL = "cancel", "Cancel runs"
+    PAUSE = "pause", "Pause and resume runs"
+    FORK = "fork", "Fork runs"
+    BULK = "bulk", "Act on every run a filter matches"
 
 
 # The console's permission each scope also needs on the account's user.
@@ -41,11 +44,14 @@ SCOPE_PERMISSIONS: dict[str, str] = {
     Scope.READ: "agentops.view_run",
     # The console starts no runs, so submitting has a permission of its own.
     Scope.SUBMIT: "api.submit_run",
-    Scope.RESPOND: "agentops.respond_run",
-    Scope.RESPOND_HIGH_RISK: "agentops.respond_run",
-    Scope.RESOLVE: "agentops.resolve_run",
-    Scope.RETRY: "agentops.control_run",
-    Scope.CANCEL: "agentops.control_run",
+    Scope.RESPOND: Permission.RESPOND,
+    Scope.RESPOND_HIGH_RISK: Permission.RESPOND,
+    Scope.RESOLVE: Permission.RESOLVE,
+    Scope.RETRY: Permission.CONTROL,
+    Scope.CANCEL: Permission.CONTROL,
+    Scope.PAUSE: Permission.CONTROL,
+    Scope.FORK: Permission.CONTROL,
+    Scope.BULK: Permission.CONTROL,
 }
 
 account_name = RegexValidator(

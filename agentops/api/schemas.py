@@ -67,6 +67,101 @@ class CancelIn(Strict):
     reason: str = ""
 
 
+class PauseIn(Strict):
+    reason: str = ""
+
+
+class ForkPreviewIn(Strict):
+    operation_key: str = Field(description="The operation to fork at (e.g. step-2/tool/toolu_1).")
+    version: str | None = Field(
+        default=None, description="Another registered version to continue on."
+    )
+    input: Any = Field(
+        default=None,
+        description="The operation's edited input: a model request's messages (a list of "
+        "{role, content}) or a tool call's arguments (checked against its input schema).",
+    )
+
+
+class ForkIn(ForkPreviewIn):
+    acknowledge: list[str] = Field(
+        default_factory=list,
+        description="The keys of the manual calls the fork runs again, each acknowledged.",
+    )
+
+
+class PreviewCallOut(Schema):
+    key: str
+    kind: str
+    name: str
+    plan: str = Field(description="reused, rerun (made by the parent) or new.")
+    policy: str
+    safe: bool
+    note: str
+    needs_acknowledgement: bool
+    needs_person: bool
+
+
+class ForkPreviewOut(Schema):
+    parent: str
+    at: str
+    version: str
+    edited: bool
+    reused: list[PreviewCallOut]
+    calls: list[PreviewCallOut] = Field(
+        description="The calls the fork makes, in order, up to its next model request."
+    )
+    then: str
+    unsafe: list[str]
+    acknowledgements_needed: list[str]
+
+
+class RunFilterIn(Strict):
+    status: list[RunStatus] = []
+    agent: str = ""
+    version: str = ""
+    created_from: dt.datetime | None = None
+    created_to: dt.datetime | None = None
+    error: str = Field(default="", description="Text in the run's error.")
+    tool: str = Field(default="", description="The tool of the operation a run is blocked on.")
+
+
+class BulkPreviewIn(Strict):
+    filters: RunFilterIn
+
+
+class BulkIn(BulkPreviewIn):
+    action: str = Field(json_schema_extra={"enum": ["retry", "cancel", "pause", "resume"]})
+    reason: str = ""
+
+
+class ActionPreviewOut(Schema):
+    touch: int
+    refused: int
+    reasons: dict[str, int]
+    examples: list[list[str]] = Field(description="[run id, why] for a few refused runs.")
+
+
+class BulkPreviewOut(Schema):
+    matched: int
+    actions: dict[str, ActionPreviewOut]
+
+
+class BulkJobOut(Schema):
+    id: uuid.UUID
+    action: str
+    filters: Any
+    actor: str
+    reason: str
+    status: str = Field(description="running, stopped or completed.")
+    total: int
+    touched: int
+    skipped: int
+    stopped_by: str
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
 class OperationOut(Schema):
     key: str
     operation_id: str
@@ -116,6 +211,16 @@ class RunOut(Schema):
     created_at: dt.datetime
     updated_at: dt.datetime
     finished_at: dt.datetime | None
+    pause_requested_by: str = Field(
+        description="Who paused the run (or asked a running run to pause); empty otherwise."
+    )
+    pause_reason: str
+    paused_from: str = Field(description="While paused: the status resume returns it to.")
+    parent: uuid.UUID | None = Field(
+        validation_alias=AliasChoices("parent_id", "parent"),
+        description="A fork's parent run; null for a run that is not a fork.",
+    )
+    fork_point: str = Field(description="A fork's operation key it forked at.")
 
 
 class RunDetailOut(RunOut):

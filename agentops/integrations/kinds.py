@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runtime.models import EventKind
+
 
 @dataclass(frozen=True)
 class NotificationKind:
@@ -25,19 +27,19 @@ KINDS: dict[str, NotificationKind] = {
         NotificationKind(
             "approval_requested",
             "A tool call waits for approval",
-            frozenset({"tool_approval_requested"}),
+            frozenset({EventKind.TOOL_APPROVAL_REQUESTED}),
             links_interaction=True,
         ),
         NotificationKind(
             "question_asked",
             "An agent asks a question",
-            frozenset({"question_requested"}),
+            frozenset({EventKind.QUESTION_REQUESTED}),
             links_interaction=True,
         ),
         NotificationKind(
             "needs_attention",
             "A run needs attention",
-            frozenset({"blocked"}),
+            frozenset({EventKind.BLOCKED}),
             links_interaction=False,
         ),
         NotificationKind(

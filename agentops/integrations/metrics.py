@@ -71,6 +71,7 @@ RUN_QUEUES = {
     "queued": RunStatus.QUEUED,
     "needs_attention": RunStatus.NEEDS_ATTENTION,
     "retry_wait": RunStatus.RETRY_WAIT,
+    "paused": RunStatus.PAUSED,
 }
 INTERACTION_QUEUES = {
     "approvals": InteractionKind.TOOL_APPROVAL,

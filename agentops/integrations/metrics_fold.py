@@ -18,7 +18,7 @@ from django.db.models import F
 
 from agentops.integrations import outbox
 from agentops.integrations.models import MetricSample, OutboxCursor
-from runtime.models import Event, Interaction, Operation
+from runtime.models import Event, EventKind, Interaction, Operation
 
 CURSOR = "metrics"
 TOKEN_TYPES = {
@@ -31,7 +31,11 @@ TOKEN_TYPES = {
 OPERATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # Seconds: a person decides in minutes to hours.
 DECISION_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600)
-DECISION_EVENTS = {"approval_granted", "approval_rejected", "question_answered"}
+DECISION_EVENTS = {
+    EventKind.APPROVAL_GRANTED,
+    EventKind.APPROVAL_REJECTED,
+    EventKind.QUESTION_ANSWERED,
+}
 
 # (metric name, its labels as one key) -> how much to add.
 Increments = dict[tuple[str, str], float]
@@ -98,19 +102,19 @@ def fold(limit: int) -> int:
 
 def _increments(events: Sequence[Mapping[str, Any]]) -> Increments:
     counts: Increments = defaultdict(float)
-    outcomes = [e for e in events if e["kind"] == "outcome"]
+    outcomes = [e for e in events if e["kind"] == EventKind.OUTCOME]
     operations = _operations(outcomes)
     decisions = _decision_times(e for e in events if e["kind"] in DECISION_EVENTS)
     for event in events:
         agent = event["run__agent"]
-        if event["kind"] == "lease_expired":
+        if event["kind"] == EventKind.LEASE_EXPIRED:
             counts[("agentops_lease_takeovers_total", labels_key({"agent": agent}))] += 1
         elif event["kind"] in DECISION_EVENTS:
             seconds = decisions.get(str(event["data"].get("interaction")))
             if seconds is not None:
                 labels = {"kind": event["kind"], "rule": str(event["data"].get("rule", ""))}
                 observe(counts, "agentops_decision_seconds", labels, seconds, DECISION_BUCKETS)
-        elif event["kind"] == "outcome":
+        elif event["kind"] == EventKind.OUTCOME:
             _fold_outcome(counts, event, operations.get((event["run_id"], event["operation_key"])))
     return counts
 

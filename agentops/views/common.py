@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
@@ -17,16 +17,25 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST, require_safe
+from django_htmx.middleware import HtmxDetails
 
 from agentops import selectors
 from runtime.errors import AgentOpsError, InvalidInput, NotFound
+from runtime.models import Permission
 
-VIEW = "agentops.view_run"
-RESPOND = "agentops.respond_run"
-RESOLVE = "agentops.resolve_run"
-CONTROL = "agentops.control_run"
+VIEW = "agentops.view_run"  # Django's own view permission of runs
+RESPOND = Permission.RESPOND
+RESOLVE = Permission.RESOLVE
+CONTROL = Permission.CONTROL
 
 NOTICE_EVENT = "agentops:notice"
+
+
+class HtmxRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it: with its `htmx` details."""
+
+    htmx: HtmxDetails
+
 
 V = TypeVar("V", bound=Callable[..., HttpResponse])
 
@@ -82,8 +91,9 @@ def reply(
     out-of-band swap: when that push lands first, htmx looks the target up from the replaced
     form, outside the document, and finds none.)
     """
-    if request.htmx:
-        html = render_to_string(fragment, context, request)
+    # Every request has its htmx details (django-htmx's middleware sets them).
+    if cast(HtmxRequest, request).htmx:
+        html = str(render_to_string(fragment, context, request))
         html += "".join(render_to_string(name, {**context, "oob": True}, request) for name in oob)
         response = HttpResponse(html, status=status)
         # ASCII JSON (json.dumps escapes the rest): a header carries no raw non-ASCII text.

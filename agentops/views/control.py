@@ -6,20 +6,20 @@ import uuid
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 
 from agentops import selectors
 from agentops.forms import CancelForm
-from agentops.views.common import CONTROL, action, actor, error_status, live, reply
+from agentops.views.common import CONTROL, HtmxRequest, action, actor, error_status, live, reply
 from agentops.views.fragments import RUN_BODY, RUN_HEADER
 from runtime import control
 from runtime.errors import AgentOpsError
 from runtime.models import TERMINAL_STATUSES, Run, RunStatus
 
 
-def _reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:
-    run.refresh_from_db()
+def _reply(request: HtmxRequest, run: Run, *, status: int, **extra: Any) -> HttpResponse:
+    """The run's header: `run` as the verb returned it, or as read before a refused verb."""
     # The timeline in the view the page shows (htmx says which page that is).
     every_event = "events=all" in request.headers.get("HX-Current-URL", "")
     context = live(f"/ws/runs/{run.pk}/" + ("?events=all" if every_event else ""))
@@ -35,12 +35,13 @@ def _reply(request: HttpRequest, run: Run, *, status: int, **extra: Any) -> Http
 
 
 @action(CONTROL)
-def retry(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def retry(request: HtmxRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     now = run.status == RunStatus.RETRY_WAIT
     try:
-        control.retry(run.pk, actor=actor(request))
+        run = control.retry(run.pk, actor=actor(request))
     except AgentOpsError as exc:
+        run.refresh_from_db()  # refused: show the state that refused it
         return _reply(request, run, status=error_status(exc), action_error=exc.message)
     notice = "Retrying now." if now else "Queued for another attempt."
     if not request.htmx:
@@ -50,17 +51,22 @@ def retry(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 
 @action(CONTROL)
-def cancel(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def cancel(request: HtmxRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     form = CancelForm(request.POST)
     if not form.is_valid():
         # A finished run shows no cancel form, so its errors go where the page shows them.
         shown = run.status not in TERMINAL_STATUSES
-        problem = "" if shown else "Not cancelled: " + " ".join(form.errors.get("reason", []))
+        problem = (
+            ""
+            if shown
+            else "Not cancelled: " + " ".join(str(error) for error in form.errors.get("reason", []))
+        )
         return _reply(request, run, status=400, cancel_form=form, action_error=problem)
     try:
-        control.cancel(run.pk, actor=actor(request), reason=form.cleaned_data["reason"])
+        run = control.cancel(run.pk, actor=actor(request), reason=form.cleaned_data["reason"])
     except AgentOpsError as exc:
+        run.refresh_from_db()  # refused: show the state that refused it
         return _reply(
             request, run, status=error_status(exc), action_error=exc.message, cancel_form=form
         )

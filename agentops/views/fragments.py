@@ -20,6 +20,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from agentops import live, selectors
+from agentops.views.surgery import surgery_context
 from runtime.models import Event, Interaction, Run
 
 INBOX = "agentops/partials/inbox.html"
@@ -31,6 +32,8 @@ RUN_TIMELINE = "agentops/partials/run_timeline.html"
 INTERACTION = "agentops/partials/interaction.html"
 RECONCILE = "agentops/partials/reconcile.html"
 AUDIT_TABLE = "agentops/partials/audit_table.html"
+# Pause, resume and fork lineage: pushed with the header, as a pause lands at its boundary.
+RUN_SURGERY = "agentops/partials/run_surgery.html"
 
 # What an event changes on a page: "progress" (a call's intent or outcome: the timeline,
 # operations and transcript) or "status" (anything else: the run's state and its actions).
@@ -99,8 +102,10 @@ def _run(run_id: uuid.UUID, every_event: bool) -> Renderer:
         run = Run.objects.select_related("session").filter(pk=run_id).first()
         if run is None or not changes:
             return []
-        names = ([RUN_HEADER] if STATUS in changes else []) + list(RUN_BODY)
-        return _render(names, selectors.run_detail(run, every_event=every_event), request)
+        names = ([RUN_HEADER, RUN_SURGERY] if STATUS in changes else []) + list(RUN_BODY)
+        context = selectors.run_detail(run, every_event=every_event)
+        context.update(surgery_context(run))
+        return _render(names, context, request)
 
     return render
 
@@ -157,7 +162,8 @@ def socket_request(user: AbstractBaseUser | AnonymousUser, cookies: dict[str, st
     browser's cookie, so that the forms in pushed fragments post like the page's own."""
     request = HttpRequest()
     request.method = "GET"
-    request.user = user
+    # Typed as the project's user model; a websocket scope's user is the abstract base.
+    request.user = user  # type: ignore[assignment]
     request.COOKIES = dict(cookies)
     CsrfViewMiddleware(lambda _: HttpResponse()).process_request(request)
     return request

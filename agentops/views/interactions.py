@@ -12,7 +12,15 @@ from django.urls import reverse
 from agentops import decisions, selectors
 from agentops import work as queue
 from agentops.forms import AnswerForm, ApprovalForm
-from agentops.views.common import RESPOND, action, actor, error_status, page, reply
+from agentops.views.common import (
+    RESPOND,
+    HtmxRequest,
+    action,
+    actor,
+    error_status,
+    page,
+    reply,
+)
 from agentops.views.fragments import INTERACTION
 from agentops.views.work import context, reauth_fresh, reauthenticate
 from runtime import control, policy
@@ -59,7 +67,7 @@ def _next_url(found: Interaction) -> str:
 
 
 @action(RESPOND)
-def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
+def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
     form = _form_class(found)(request.POST)
     if isinstance(form, ApprovalForm):
@@ -82,6 +90,7 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
+            found.refresh_from_db()  # refused: show the state that refused it
         else:
             status, notice = 200, _done(found, actor(request))
             if request.GET.get("then") == "next":
@@ -95,7 +104,6 @@ def respond(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
             if not request.htmx:
                 messages.success(request, notice)
                 return redirect("console:run", run_id=found.run_id)
-    found.refresh_from_db()
     return reply(
         request,
         page_template="agentops/interaction.html",

@@ -13,7 +13,16 @@ from django.utils.http import urlencode
 
 from agentops import selectors
 from agentops.forms import ResolveForm
-from agentops.views.common import RESOLVE, action, actor, error_status, live, page, reply
+from agentops.views.common import (
+    RESOLVE,
+    HtmxRequest,
+    action,
+    actor,
+    error_status,
+    live,
+    page,
+    reply,
+)
 from agentops.views.fragments import RECONCILE
 from runtime import control
 from runtime.errors import AgentOpsError
@@ -42,7 +51,7 @@ def reconcile(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 
 
 @action(RESOLVE)
-def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def resolve(request: HtmxRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     form = ResolveForm(request.POST)
     status, notice = 400, ""
@@ -62,12 +71,13 @@ def resolve(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
+            run.refresh_from_db()  # refused: show the state that refused it
         else:
+            run = op.run  # as the verb left it
             status, notice = 200, NOTICES[data["outcome"]].format(tool=op.name)
             if not request.htmx:
                 messages.success(request, notice)
                 return redirect(reverse("console:run", args=[run.pk]))
-    run.refresh_from_db()
     # The blocked operation while there is one (whatever the form named), else the resolved one.
     key = run.blocked_operation or form.cleaned_data.get("operation_key", "")
     return reply(

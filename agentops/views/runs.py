@@ -11,6 +11,7 @@ from agentops import selectors
 from agentops.forms import RunFilterForm
 from agentops.views.common import live, page, reply
 from agentops.views.fragments import RUNS_TABLE
+from agentops.views.surgery import surgery_context
 from runtime.models import Run
 
 
@@ -37,4 +38,5 @@ def run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     every_event = request.GET.get("events") == "all"
     context = live(f"/ws/runs/{found.pk}/" + ("?events=all" if every_event else ""))
     context.update(selectors.run_detail(found, every_event=every_event))
+    context.update(surgery_context(found))
     return render(request, "agentops/run.html", context)

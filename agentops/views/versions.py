@@ -24,12 +24,12 @@ from django.views.decorators.http import require_POST, require_safe
 
 from runtime import control, registry
 from runtime.control import RetryResult
-from runtime.models import AgentVersion, AttentionReason, Run, RunStatus
+from runtime.models import AgentVersion, AttentionReason, Permission, Run, RunStatus
 
 # The console's permissions: seeing runs, and retrying them.
 VIEW_RUN = "agentops.view_run"
-CONTROL_RUN = "agentops.control_run"
-MANAGE_VERSIONS = "agentops.manage_agentversion"
+CONTROL_RUN = Permission.CONTROL
+MANAGE_VERSIONS = Permission.MANAGE_VERSIONS
 # The attention reasons a version (its registration or its code) is behind.
 VERSION_REASONS = (
     AttentionReason.VERSION_MISSING,

@@ -50,6 +50,7 @@ def test_it_counts_runs_by_status(world, as_user):
         "retry wait": 0,
         "queued": 0,
         "running": 0,
+        "paused": 0,
         "failed": 1,
     }
 

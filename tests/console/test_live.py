@@ -110,6 +110,7 @@ def test_it_pushes_the_run_fragments_a_fresh_get_renders(
     assert set(pushed) == {
         "live-cursor",
         "run-header",
+        "run-surgery",
         "run-transcript",
         "run-operations",
         "run-timeline",

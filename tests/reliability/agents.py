@@ -5,14 +5,16 @@ keeps its records in files under $AGENTOPS_TEST_EFFECTS, one line per call and o
 each written with a single O_APPEND write so that concurrent processes never interleave; that is
 how effects are counted across processes that die.
 
-A run's input is a JSON plan: {"steps": [[[tool, args], ...], ...], "model_errors": [step, ...]}.
+A run's input is a JSON plan: {"steps": [[[tool, args], ...], ...], "model_errors": [step, ...],
+"model_seconds": seconds}.
 The scripted model asks for each step's tool calls in turn, then answers "done: <the results it
 saw>", so a test can read what the model was shown from `run.output`. The first attempt of the
-model request of each step listed in "model_errors" fails (a provider error, retried later).
+model request of each step listed in "model_errors" fails (a provider error, retried later); each
+model request takes "model_seconds" (default 0), a long request to pause a run in the middle of.
 
 Test-only switches, read when a worker imports this module:
-- AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (runtime.store.fenced is replaced by a
-  version that bumps the lease unconditionally, which runtime.store honours for every write), to
+- AGENTOPS_TEST_NO_FENCE=1: the fence check is removed (the fence hook, runtime.faults.fence, makes
+  every fenced write require the run's current fence and status instead of the claim's), to
   show that the pause test detects a worker writing after it lost its lease.
 - AGENTOPS_TEST_FENCE_LOG=1: every fenced write is logged to `fenced` (run, pid, fence, landed or
   refused). Off otherwise, so that the other tests run the production write path untouched.
@@ -188,12 +190,17 @@ POLICY_TOOLS = {"manual": "charge", "safe": "lookup", "idempotent": "ticket", "r
 # --- the model ---------------------------------------------------------------------------------
 
 
-def plan(*steps: list[tuple[str, dict[str, Any]]], model_errors: tuple[int, ...] = ()) -> str:
+def plan(
+    *steps: list[tuple[str, dict[str, Any]]],
+    model_errors: tuple[int, ...] = (),
+    model_seconds: float = 0.0,
+) -> str:
     """A run input: the tool calls of each step, in order; see the module docstring."""
     return json.dumps(
         {
             "steps": [[[name, args] for name, args in step] for step in steps],
             "model_errors": list(model_errors),
+            **({"model_seconds": model_seconds} if model_seconds else {}),
         }
     )
 
@@ -223,6 +230,8 @@ class PlanModel:
         self._scripted = ScriptedModel(_script)
 
     def complete(self, request: ModelRequest, *, operation_id: str) -> ModelResponse:
+        _append("model_calls", operation_id, os.getpid(), time.time())
+        time.sleep(_plan_of(request).get("model_seconds", 0))
         step = assistant_turns(request) + 1
         if step in _plan_of(request)["model_errors"] and _first_time(f"model:{operation_id}"):
             raise ModelError("scripted provider error: overloaded")
@@ -260,38 +269,26 @@ quick_retry = Agent(
 
 
 def _instrument_fence() -> None:
-    import datetime as dt
-
-    from django.db import transaction
-
-    from runtime import clock, store
+    from runtime import faults
     from runtime.models import Run
 
-    checked = store.fenced
-
     @contextmanager
-    def unchecked(run: Any) -> Iterator[None]:
-        """The fence check removed: what a worker could do without it."""
-        with transaction.atomic():
-            now = clock.now()
-            Run.objects.filter(pk=run.pk).update(
-                lease_expires_at=now + dt.timedelta(seconds=store.lease_seconds()), updated_at=now
-            )
-            yield
-
-    inner = unchecked if os.environ.get(NO_FENCE_ENV) == "1" else checked
-
-    @contextmanager
-    def recorded(run: Any) -> Iterator[None]:
+    def recorded(run: Any) -> Iterator[tuple[int, str]]:
+        if os.environ.get(NO_FENCE_ENV) == "1":
+            # The fence check removed: the write requires of the run whatever it holds now,
+            # which is what a worker without the check could do.
+            held = Run.objects.values_list("fence", "status").get(pk=run.pk)
+        else:
+            held = (run.fence, "running")
         try:
-            with inner(run):
-                yield
+            yield held
         except LeaseLost:
             _append("fenced", run.pk, os.getpid(), run.fence, "refused", time.time())
             raise
         _append("fenced", run.pk, os.getpid(), run.fence, "landed", time.time())
 
-    store.fenced = recorded  # type: ignore[assignment]
+    # For the worker process's lifetime (runtime.testing.fence_hook is the scoped form).
+    faults.fence = recorded
 
 
 if os.environ.get(FENCE_LOG_ENV) == "1" or os.environ.get(NO_FENCE_ENV) == "1":

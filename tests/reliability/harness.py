@@ -51,6 +51,7 @@ RELEASES = {
     "tool_approval_requested",
     "question_requested",
     "cancelled",
+    "paused",
 }
 
 

@@ -497,3 +497,25 @@ def test_assigning_needs_someone_who_may_decide(define, groups):
         work.assign(interaction.pk, "ghost", actor="ann")
     item = work.assign(interaction.pk, "ben", actor="ann")
     assert (item.assigned_to, item.claimed_by) == ("ben", "ben")
+
+
+def test_the_admin_shows_a_bad_condition_on_its_field_and_saves_nothing(
+    define, groups, admin_client
+):
+    define(make_agent([]), register_them=False)
+    response = admin_client.post(
+        "/admin/agentops/approvalrule/add/",
+        {
+            "name": "typo",
+            "agent": "clerk",
+            "tool": "charge",
+            "condition": '{">": [{"var": "amount"}, 1000]}',
+            "quorum": 1,
+            "on_expiry": "reject",
+            "priority": 100,
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 200
+    assert "the tool has no argument" in response.content.decode()
+    assert not ApprovalRule.objects.exists()

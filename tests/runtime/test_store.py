@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -17,7 +16,7 @@ from django.db import connection, transaction
 from runtime import LeaseLost, cancel, store, submit
 from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.registry import code_defines, register
-from runtime.testing import SimulatedCrash, crash_at, expire_lease
+from runtime.testing import SimulatedCrash, crash_at, expire_lease, fence_hook
 from tests.conftest import make_agent, say
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -184,30 +183,34 @@ def test_inside_a_callers_transaction_a_write_is_part_of_it(claimed, settings):
     assert PUBLISHED == []
 
 
-def test_a_harness_that_replaces_fenced_decides_for_every_write(claimed, monkeypatch):
-    """tests/reliability logs every fenced write through `store.fenced`, and removes the check
-    to show its detector works: both need every write to go through the replacement."""
-    seen: list[Any] = []
-    checked = store.fenced
+def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
+    """tests/reliability logs every fenced write through the fence hook, and substitutes the
+    current fence to show its detector works: both need every write to go through the hook."""
+    seen: list[tuple[int, str]] = []
 
     @contextmanager
-    def recorded(run: Run) -> Iterator[None]:
-        seen.append(run.fence)
-        with checked(run):
-            yield
+    def watched(run: Run) -> Iterator[tuple[int, str]]:
+        try:
+            yield run.fence, RunStatus.RUNNING
+        except LeaseLost:
+            seen.append((run.fence, "refused"))
+            raise
+        seen.append((run.fence, "landed"))
 
-    monkeypatch.setattr(store, "fenced", recorded)
-    op = intent(claimed)
-    store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
-    assert seen == [claimed.fence, claimed.fence]
-    with taken_over(claimed), pytest.raises(LeaseLost):
-        intent(claimed, key="step-2/model")
+    with fence_hook(watched):
+        op = intent(claimed)
+        store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+        store.renew(claimed)
+        with taken_over(claimed), pytest.raises(LeaseLost):
+            intent(claimed, key="step-2/model")
+    fence = claimed.fence
+    assert seen == [(fence, "landed")] * 3 + [(fence, "refused")]
 
     @contextmanager
-    def unchecked(run: Run) -> Iterator[None]:
-        with transaction.atomic():
-            yield
+    def unchecked(run: Run) -> Iterator[tuple[int, str]]:
+        # What a worker without the check would do: write over whatever the run holds now.
+        yield Run.objects.values_list("fence", "status").get(pk=run.pk)
 
-    monkeypatch.setattr(store, "fenced", unchecked)
-    intent(claimed, key="step-2/model")  # the stale write lands: no check is left
+    with fence_hook(unchecked):
+        intent(claimed, key="step-2/model")  # the stale write lands: no check is left
     assert Operation.objects.filter(run=claimed, key="step-2/model").exists()

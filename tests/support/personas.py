@@ -57,13 +57,27 @@ def logged_in(user: User | None, **client_options: object) -> Client:
 def ensure_groups() -> None:
     """Make the groups the migrations make, again: a transactional test's flush empties them
     (restoring them with serialized_rollback clashes with the content types that the flush of
-    another transactional test re-created under new ids)."""
+    another transactional test re-created under new ids). The migrations' own functions are
+    not called here: they switch an app's models off and on, which the live registry must not
+    see."""
     import importlib
 
     from django.apps import apps
+    from django.contrib.auth.management import create_permissions
 
-    for module, create in (
-        ("runtime.migrations.0002_console_groups", "create_groups"),
-        ("agentops.api.migrations.0003_submitters_group", "create_group"),
-    ):
-        getattr(importlib.import_module(module), create)(apps, None)
+    console = importlib.import_module("runtime.migrations.0002_console_groups")
+    submitters = importlib.import_module("agentops.api.migrations.0003_submitters_group")
+    wanted: dict[str, dict[str, list[str]]] = {
+        name: {"agentops": codenames} for name, codenames in console.GROUPS.items()
+    }
+    wanted[submitters.GROUP] = submitters.PERMISSIONS
+    for label in ("agentops", "api"):
+        create_permissions(apps.get_app_config(label), verbosity=0)
+    for name, by_app in wanted.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        for app_label, codenames in by_app.items():
+            group.permissions.add(
+                *Permission.objects.filter(
+                    content_type__app_label=app_label, codename__in=codenames
+                )
+            )

@@ -26,7 +26,7 @@ def grant_edit(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agentops", "0005_search_index"),
+        ("agentops", "0006_surgery"),
         ("auth", "0012_alter_user_first_name_max_length"),
     ]
 

@@ -1,41 +1,41 @@
-"""Persistence of the approval policy: work items, votes, receipts, claims and timers.
+"""The writes of the approval policy: work items, votes, receipts, claims and timers.
 
 In the store's style: every change is a guarded UPDATE (or an INSERT a constraint guards)
-whose row count says whether it landed, and the worker's writes are fenced (`store.fenced`).
-Callers that must order against a run's other writers (respond, cancel, the engine) hold the
-run's row lock first: see `lock_run`.
+whose row count says whether it landed. The worker's request is fenced by the run's move to
+`waiting` (`request_interaction`), in the same transaction as the work item and its timers.
+The verbs that call the others hold the run's row lock first, as respond and cancel do.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from runtime import clock, store
+from runtime import clock
 from runtime.models import (
+    RUNTIME,
     ApprovalReceipt,
     ApprovalTimer,
     ApprovalVote,
+    EventKind,
     Interaction,
-    InteractionStatus,
     Run,
     RunStatus,
     TimerKind,
     WorkItem,
 )
-from runtime.policy import Policy
+from runtime.store.events import event
+from runtime.store.verbs import answer_interaction, move_run
+from runtime.store.worker import request_interaction
+
+if TYPE_CHECKING:
+    from runtime.policy import Policy
 
 
-def lock_run(run_id: Any) -> None:
-    """Take the run's row lock (in the order cancel and the engine take them: the run, then its
-    interactions). A no-op on SQLite, whose write transactions are serialized already."""
-    list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk"))
-
-
-def request(
+def request_approval(
     run: Run,
     *,
     key: str,
@@ -47,8 +47,9 @@ def request(
 ) -> Interaction:
     """Ask a person under `policy`: the interaction, its work item and its timers, fenced."""
     now = clock.now()
-    with store.fenced(run):
-        interaction = store.request_interaction(
+    # The run's move to `waiting` is the fence: if it does not land, nothing here is written.
+    with transaction.atomic():
+        interaction = request_interaction(
             run, key=key, kind=kind, tool_name=tool_name, payload=payload
         )
         expires_at = _after(now, policy.expires_after)
@@ -81,9 +82,9 @@ def request(
             )
         ApprovalTimer.objects.bulk_create(timers)
         if policy.rule:
-            store.event(
+            event(
                 run.pk,
-                "approval_rule_applied",
+                EventKind.APPROVAL_RULE_APPLIED,
                 key=key,
                 interaction=str(interaction.pk),
                 rule=policy.rule,
@@ -117,7 +118,7 @@ def vote(interaction: Interaction, approver: str, arguments_sha256: str) -> bool
     return True
 
 
-def decided(interaction: Interaction, now: dt.datetime) -> None:
+def mark_decided(interaction: Interaction, now: dt.datetime) -> None:
     """Time to decision, once: from the request to the decision that closed it."""
     WorkItem.objects.filter(pk=interaction.pk, decided_at__isnull=True).update(
         decided_at=now, decision_seconds=(now - interaction.created_at).total_seconds()
@@ -138,7 +139,9 @@ def use_receipt(interaction_id: Any, now: dt.datetime) -> bool:
     )
 
 
-def edit(interaction: Interaction, arguments: dict[str, Any], actor: str, now: dt.datetime) -> bool:
+def edit_arguments(
+    interaction: Interaction, arguments: dict[str, Any], actor: str, now: dt.datetime
+) -> bool:
     """Record edited arguments on a pending approval's work item (under the run's lock)."""
     return (
         WorkItem.objects.filter(pk=interaction.pk, decided_at__isnull=True).update(
@@ -151,7 +154,7 @@ def edit(interaction: Interaction, arguments: dict[str, Any], actor: str, now: d
 # --- the queue -----------------------------------------------------------------------------------
 
 
-def claim(interaction_id: Any, actor: str, now: dt.datetime, until: dt.datetime) -> bool:
+def claim_item(interaction_id: Any, actor: str, now: dt.datetime, until: dt.datetime) -> bool:
     """Claim the item for `actor` unless someone else holds a live claim."""
     free = Q(claimed_by="") | Q(claim_expires_at__lte=now) | Q(claimed_by=actor)
     return (
@@ -162,7 +165,7 @@ def claim(interaction_id: Any, actor: str, now: dt.datetime, until: dt.datetime)
     )
 
 
-def release(interaction_id: Any, actor: str) -> bool:
+def release_item(interaction_id: Any, actor: str) -> bool:
     return (
         WorkItem.objects.filter(pk=interaction_id, claimed_by=actor).update(
             claimed_by="", claim_expires_at=None
@@ -171,7 +174,7 @@ def release(interaction_id: Any, actor: str) -> bool:
     )
 
 
-def assign(interaction_id: Any, assignee: str, until: dt.datetime) -> bool:
+def assign_item(interaction_id: Any, assignee: str, until: dt.datetime) -> bool:
     """Assign the item: it is the assignee's, and so is the claim (until it lapses)."""
     return (
         WorkItem.objects.filter(pk=interaction_id, decided_at__isnull=True).update(
@@ -192,7 +195,7 @@ def due_timers(now: dt.datetime, limit: int = 200) -> list[ApprovalTimer]:
     )
 
 
-def fire(timer: ApprovalTimer, now: dt.datetime) -> bool:
+def fire_timer(timer: ApprovalTimer, now: dt.datetime) -> bool:
     """Mark the timer fired; True for exactly one of any number of sweeps racing on it."""
     return (
         ApprovalTimer.objects.filter(pk=timer.pk, fired_at__isnull=True).update(fired_at=now) == 1
@@ -200,20 +203,13 @@ def fire(timer: ApprovalTimer, now: dt.datetime) -> bool:
 
 
 def expire_rejecting(interaction: Interaction, reason: str, now: dt.datetime) -> bool:
-    """The expiry's rejection: the interaction answered by the runtime, the run queued."""
+    """The expiry's rejection: the interaction answered by the runtime, the run queued (a
+    paused run keeps the answer and goes on once resumed)."""
     response = {"approved": False, "reason": reason}
-    landed = Interaction.objects.filter(pk=interaction.pk, status=InteractionStatus.PENDING).update(
-        status=InteractionStatus.ANSWERED,
-        response=response,
-        responded_by=store.RUNTIME,
-        responded_at=now,
-    )
-    if landed != 1:
+    if not answer_interaction(interaction.pk, response, actor=RUNTIME, now=now):
         return False
-    moved = Run.objects.filter(pk=interaction.run_id, status=RunStatus.WAITING).update(
-        status=RunStatus.QUEUED, updated_at=now
-    )
-    return moved == 1
+    move_run(interaction.run_id, RunStatus.QUEUED, sources=[RunStatus.WAITING], now=now)
+    return True
 
 
 def mark_expired(interaction_id: Any, now: dt.datetime, *, flag: bool) -> None:

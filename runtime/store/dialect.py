@@ -1,0 +1,125 @@
+"""What differs between the databases, behind one interface: a dialect per database.
+
+The hot path — the intent and the outcome of every call, and the run's move out of `running` —
+runs raw statements on the DB-API connection under Django's, because the ORM and Django's
+transaction bookkeeping cost more than the commit itself (bench/overhead.py measures it). A
+record is three writes: the fence (the run's lease renewed while the run is still ours), the
+operation row, and its event. How those three are sent is the dialect's business:
+runtime/store/postgres.py makes them one statement, runtime/store/sqlite.py three statements in
+one IMMEDIATE transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ClassVar, Literal
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from runtime.models import Run
+
+# The operation updates of the hot path: a re-run's intent, and an outcome.
+OperationUpdate = Literal["reintent", "outcome"]
+
+
+class Dialect(ABC):
+    """The statements of one database and how they are sent. Each method that writes a fenced
+    record returns None, having written nothing, when the fence did not hold."""
+
+    vendor: ClassVar[str]
+    # Whether a record is one statement, which may then commit alone (autocommit).
+    one_statement: ClassVar[bool]
+
+    @abstractmethod
+    def cursor(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:
+        """A DB-API cursor on the connection under `db`."""
+
+    @abstractmethod
+    def execute(
+        self, db: BaseDatabaseWrapper, cursor: Any, sql: str, params: dict[str, Any]
+    ) -> Any:
+        """Run one statement written with named `%(name)s` parameters."""
+
+    @abstractmethod
+    def begin(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:
+        """A transaction of raw statements outside any of Django's; yields its cursor."""
+
+    @abstractmethod
+    def new_operation(
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]
+    ) -> tuple[int, int] | None:
+        """Fence, operation INSERT, event: (event id, operation id)."""
+
+    @abstractmethod
+    def update_operation(
+        self, db: BaseDatabaseWrapper, cursor: Any, which: OperationUpdate, params: dict[str, Any]
+    ) -> int | None:
+        """Fence, operation UPDATE, event: the event id."""
+
+    @abstractmethod
+    def move_owned(
+        self, db: BaseDatabaseWrapper, cursor: Any, assignments: str, params: dict[str, Any]
+    ) -> int | None:
+        """The owned run's move out of `running` (itself the fence) and its event: the event id.
+        `assignments` is the SET list, columns and named parameters."""
+
+    @abstractmethod
+    def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
+        """One event row: its id."""
+
+    @abstractmethod
+    def record_statements(self) -> dict[str, str]:
+        """The record statements as sent, by name, for benchmarks that replay them alone."""
+
+    # --- shared -------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+        """A transaction for raw statements; yields the DB-API cursor to run them on.
+
+        Inside a caller's transaction (a verb's `atomic()`, a test) it is a savepoint of it, so
+        it still rolls back alone and its events publish on the outer commit. Otherwise it is
+        opened and closed on the DB-API connection directly: Django's atomic() bookkeeping
+        costs more than SQLite's commit.
+        """
+        with db.wrap_database_errors:
+            if db.in_atomic_block:
+                with transaction.atomic(using=db.alias), self.cursor(db) as cursor:
+                    yield cursor
+            else:
+                with self.begin(db) as cursor:
+                    yield cursor
+
+    def run_id(self, db: BaseDatabaseWrapper, run_id: Any) -> Any:
+        # A native uuid on PostgreSQL, 32 hex digits on SQLite: what the ORM would send.
+        return Run._meta.pk.get_db_prep_value(run_id, db)
+
+    def json(self, db: BaseDatabaseWrapper, value: Any) -> Any:
+        # None is SQL NULL, as the ORM saves it (never the JSON null).
+        return None if value is None else db.ops.adapt_json_value(value, None)
+
+    def moment(self, db: BaseDatabaseWrapper, value: dt.datetime | None) -> Any:
+        return db.ops.adapt_datetimefield_value(value)
+
+
+def connection() -> BaseDatabaseWrapper:
+    """The default database, connected (and reconnected if its health check failed)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    return db
+
+
+def dialect_of(db: BaseDatabaseWrapper) -> Dialect:
+    from runtime.store import postgres, sqlite
+
+    found = {"postgresql": postgres.DIALECT, "sqlite": sqlite.DIALECT}.get(db.vendor)
+    if found is None:
+        raise NotImplementedError(
+            f"the runtime's store supports PostgreSQL and SQLite, not {db.vendor}"
+        )
+    return found

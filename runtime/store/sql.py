@@ -1,0 +1,53 @@
+"""What both databases share: the tables, the columns the hot path writes, and the rules written
+as SQL once. Parameters are named (`%(name)s`); the SQLite dialect turns them into its own style
+when it loads."""
+
+from __future__ import annotations
+
+from runtime.models import Event, Operation, Run
+
+RUN = Run._meta.db_table
+OPERATION = Operation._meta.db_table
+EVENT = Event._meta.db_table
+
+OPERATION_COLUMNS = (
+    "run_id, key, kind, name, policy, status, input, input_hash, result, is_error, error, "
+    "usage, attempts, intent_at, outcome_at"
+)
+EVENT_COLUMNS = "run_id, kind, actor, operation_key, data, created_at"
+
+# The one place the rule is written: a worker may claim a run that is queued, a running one
+# whose lease expired (its worker died or stalled), or a retry wait whose timer is due.
+RUNNABLE = (
+    "(status = 'queued' "
+    "OR (status = 'running' AND lease_expires_at < %(now)s) "
+    "OR (status = 'retry_wait' AND next_attempt_at <= %(now)s))"
+)
+
+# The owning worker's fence: its writes land only while the run is running under its claim
+# (`held` is 'running'; a test harness's fence hook may hold the run in another status).
+OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
+
+# What a claim reads: the run's state, if it is runnable now.
+SEEN = f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}"
+
+# The claim, guarded on the status and fence it read. Every claim counts as a crash until it
+# ends cleanly (a transition out of `running` resets the count): a worker that dies, or a claim
+# that ends in an unexpected exception, leaves it up. Taking over an expired lease records the
+# lost worker as the last crash (the CASE reads the status before the UPDATE).
+CLAIM = f"""
+UPDATE {RUN}
+SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
+    fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1,
+    last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
+    updated_at = %(now)s
+WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s"""
+
+# The lease renewed by every fenced write.
+HOLD = f"UPDATE {RUN} SET lease_expires_at = %(lease)s, updated_at = %(now)s WHERE {OWNED}"
+
+INSERT_EVENT = f"""
+INSERT INTO {EVENT} ({EVENT_COLUMNS})
+VALUES (%(run)s, %(event)s, %(actor)s, %(key)s, %(data)s, %(now)s)"""
+
+DUE = f"SELECT id FROM {RUN} WHERE {RUNNABLE} ORDER BY updated_at LIMIT %(limit)s"

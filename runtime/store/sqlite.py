@@ -1,0 +1,119 @@
+"""SQLite: no data-modifying CTEs, but no round trips either (the database is in the process):
+a record is three statements in one BEGIN IMMEDIATE transaction, the fence UPDATE first. Every
+transaction takes the write lock at BEGIN (IMMEDIATE, as Django's are configured in settings), so
+writers are serialized and the fence read cannot go stale before the write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from runtime.store.dialect import Dialect, OperationUpdate
+from runtime.store.sql import HOLD, INSERT_EVENT, OPERATION, OPERATION_COLUMNS, OWNED, RUN
+
+
+def named(sql: str) -> str:
+    """sqlite3 takes named parameters as :name, not %(name)s: converted once, when loaded."""
+    return re.sub(r"%\((\w+)\)s", r":\1", sql)
+
+
+NEW_OPERATION = named(f"""
+INSERT INTO {OPERATION} ({OPERATION_COLUMNS})
+VALUES (%(run)s, %(key)s, %(kind)s, %(name)s, %(policy)s, %(status)s, %(input)s, %(input_hash)s,
+    %(result)s, %(is_error)s, '', NULL, 1, %(now)s, %(outcome_at)s)""")
+
+REINTENT = named(f"""
+UPDATE {OPERATION}
+SET status = 'started', attempts = %(attempts)s, intent_at = %(now)s, error = '', outcome_at = NULL
+WHERE id = %(op)s""")
+
+OUTCOME = named(f"""
+UPDATE {OPERATION}
+SET status = %(status)s, result = %(result)s, is_error = %(is_error)s, error = %(error)s,
+    usage = %(usage)s, outcome_at = %(now)s
+WHERE id = %(op)s""")
+
+FENCE = named(HOLD)
+RUNTIME_EVENT = named(INSERT_EVENT.replace("%(actor)s", "'runtime'"))
+EVENT = named(INSERT_EVENT)
+
+
+def move_owned(assignments: str) -> str:
+    """The run's move out of `running`, itself the fence: it lands only while the run is ours."""
+    return named(f"UPDATE {RUN} SET {assignments} WHERE {OWNED}")
+
+
+class Sqlite(Dialect):
+    vendor: ClassVar[str] = "sqlite"
+    one_statement: ClassVar[bool] = False
+
+    @contextmanager
+    def cursor(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+        cursor = db.connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    def execute(
+        self, db: BaseDatabaseWrapper, cursor: Any, sql: str, params: dict[str, Any]
+    ) -> Any:
+        return cursor.execute(sql if "%(" not in sql else named(sql), params)
+
+    @contextmanager
+    def begin(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+        raw = db.connection
+        with self.cursor(db) as cursor:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                yield cursor
+                raw.commit()
+            except BaseException:
+                raw.rollback()
+                raise
+
+    def _fenced(self, cursor: Any, params: dict[str, Any]) -> bool:
+        return bool(cursor.execute(FENCE, params).rowcount == 1)
+
+    def new_operation(
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]
+    ) -> tuple[int, int] | None:
+        if not self._fenced(cursor, params):
+            return None
+        operation_id = cursor.execute(NEW_OPERATION, params).lastrowid
+        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid), int(operation_id)
+
+    def update_operation(
+        self, db: BaseDatabaseWrapper, cursor: Any, which: OperationUpdate, params: dict[str, Any]
+    ) -> int | None:
+        if not self._fenced(cursor, params):
+            return None
+        cursor.execute(REINTENT if which == "reintent" else OUTCOME, params)
+        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid)
+
+    def move_owned(
+        self, db: BaseDatabaseWrapper, cursor: Any, assignments: str, params: dict[str, Any]
+    ) -> int | None:
+        if cursor.execute(move_owned(assignments), params).rowcount != 1:
+            return None
+        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid)
+
+    def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
+        return int(cursor.execute(EVENT, params).lastrowid)
+
+    def record_statements(self) -> dict[str, str]:
+        return {
+            "fence": FENCE,
+            "new": NEW_OPERATION,
+            "reintent": REINTENT,
+            "outcome": OUTCOME,
+            "event": RUNTIME_EVENT,
+        }
+
+
+DIALECT = Sqlite()
