@@ -132,8 +132,12 @@ def test_sweeps_racing_fire_each_timer_once(define):
         assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
 
 
-def test_expiry_fires_once_with_two_workers_across_restarts(cluster, agent, observe):
+def test_expiry_fires_once_with_two_workers_across_restarts(cluster, agent, observe, monkeypatch):
     """Real Celery workers sweep the timers; one is killed and replaced while they fall due."""
+    from tests.reliability.agents import EFFECTS_ENV
+
+    # This process asks for the approvals; the fake service records where the workers do.
+    monkeypatch.setenv(EFFECTS_ENV, str(cluster.effects))
     people()
     finance = Group.objects.get(name="finance")
     ApprovalRule.objects.create(
