@@ -33,6 +33,7 @@ from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
     ApprovalReceipt,
+    ApprovalRule,
     AttentionReason,
     ErrorKind,
     EventKind,
@@ -54,6 +55,7 @@ from runtime.policy import (
     policy_for,
     receipt,
     receipt_differences,
+    rules_for,
 )
 from runtime.store import surgery as surgery_store
 from runtime.transcript import (
@@ -242,6 +244,7 @@ class _Turn:
         self.interactions: dict[str, Interaction] = {
             i.operation_key: i for i in run.interactions.select_related("work", "receipt")
         }
+        self._rules: dict[str, list[ApprovalRule]] = {}
         # What every model request of this turn shares (tool schemas and digests): built once.
         self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
 
@@ -732,7 +735,10 @@ class _Turn:
             return None
         if op is not None and not tool.needs_approval(args):
             return None
-        return policy_for(agent, tool, args)
+        # The tool's rules, read once per claim: a turn calls the same tools again and again.
+        if tool.name not in self._rules:
+            self._rules[tool.name] = rules_for(agent, tool)
+        return policy_for(agent, tool, args, self._rules[tool.name])
 
     def _tool_intent(
         self,
@@ -747,27 +753,28 @@ class _Turn:
         rerun: str,
     ) -> Operation:
         """Write 1 of 2 of a tool call; an approved call's receipt is used by its first intent,
-        in the same transaction: once, by this call."""
+        in the same transaction: once, by this call. (Other calls keep the intent's own commit.)"""
+
+        def intent() -> Operation:
+            return store.write_intent(
+                self.run,
+                op,
+                key=key,
+                kind=OperationKind.TOOL,
+                name=name,
+                policy=policy,
+                input=saved_input,
+                input_hash=input_hash,
+                rerun=rerun,
+            )
+
+        if op is not None or interaction is None or _receipt(interaction) is None:
+            return intent()
         try:
             with transaction.atomic():
-                if (
-                    op is None
-                    and interaction is not None
-                    and _receipt(interaction) is not None
-                    and not store.use_receipt(interaction.pk, clock.now())
-                ):
+                if not store.use_receipt(interaction.pk, clock.now()):
                     raise _ReceiptUsed
-                return store.write_intent(
-                    self.run,
-                    op,
-                    key=key,
-                    kind=OperationKind.TOOL,
-                    name=name,
-                    policy=policy,
-                    input=saved_input,
-                    input_hash=input_hash,
-                    rerun=rerun,
-                )
+                return intent()
         except _ReceiptUsed:
             self._block_receipt(key, "this approval was used already", [])
 

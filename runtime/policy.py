@@ -86,13 +86,21 @@ def _rule_policy(rule: ApprovalRule, why: str) -> Policy:
     )
 
 
-def policy_for(agent: Agent, tool: Tool, args: BaseModel) -> Policy | None:
-    """The policy a call needs approval under, or None when it needs none."""
-    arguments = args.model_dump(mode="json")
+def rules_for(agent: Agent, tool: Tool) -> list[ApprovalRule]:
+    """The enabled rules of the agent's tool, in the order they are tried."""
     rules = ApprovalRule.objects.filter(enabled=True, agent=agent.name, tool=tool.name)
-    for rule in rules.select_related("approver_group", "escalation_group").order_by(
-        "priority", "pk"
-    ):
+    return list(
+        rules.select_related("approver_group", "escalation_group").order_by("priority", "pk")
+    )
+
+
+def policy_for(
+    agent: Agent, tool: Tool, args: BaseModel, rules: list[ApprovalRule] | None = None
+) -> Policy | None:
+    """The policy a call needs approval under, or None when it needs none. `rules`: the
+    tool's rules if the caller has them (rules_for), else they are read."""
+    arguments = args.model_dump(mode="json")
+    for rule in rules_for(agent, tool) if rules is None else rules:
         try:
             matched = conditions.matches(rule.condition, arguments)
         except conditions.ConditionError as exc:
