@@ -93,15 +93,19 @@ def test_the_count_is_shared_by_processes(ci: ServiceAccount, settings: Any, bac
     db = connection.settings_dict
     env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
     env.pop("REDIS_URL", None)
+    # Both processes on the backend under test, whatever this pass's REDIS_URL says.
     if backend == "redis":
         env["REDIS_URL"] = REDIS_URL
-        settings.CACHES = {
-            **settings.CACHES,
-            "api": {
-                "BACKEND": "django.core.cache.backends.redis.RedisCache",
-                "LOCATION": REDIS_URL,
-            },
+        api_cache = {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
         }
+    else:
+        api_cache = {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "agentops_api_cache",
+        }
+    settings.CACHES = {**settings.CACHES, "api": api_cache}
     settings.AGENTOPS_API_RATE_LIMIT = 5
     secret = make_token(ci)
     token = ApiToken.objects.get()

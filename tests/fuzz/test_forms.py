@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import quote_from_bytes, urlsplit
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.db import transaction
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +29,8 @@ from runtime import jsonvalues
 from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.strategies import json_texts, nasty_text
+from tests.support import personas
+from tests.support.personas import logged_in
 
 EXAMPLES = int(os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -343,16 +344,7 @@ def test_the_audit_log_refuses_hostile_filters(world, operator, query, htmx):
 
 @pytest.fixture
 def agent_admin(world) -> Client:
-    user = User.objects.create_user("ada", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="agentops",
-            codename__in=["manage_agentversion", "view_agentversion", "view_run"],
-        )
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(personas.agent_admin("ada"))
 
 
 @FUZZ
