@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, JSONField, Model
+from django.forms.models import construct_instance
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -27,12 +29,14 @@ from django.utils.safestring import SafeString
 
 from agentops.templatetags.console import reveal
 from agentops.views.versions import differences
-from runtime import registry
+from runtime import conditions, registry
 from runtime.agents import Agent, spec_differences
 from runtime.errors import DurableConflictError, RegistrationError
 from runtime.models import (
     UNFINISHED_STATUSES,
     AgentVersion,
+    ApprovalReceipt,
+    ApprovalRule,
     AttentionReason,
     Event,
     EventKind,
@@ -41,7 +45,9 @@ from runtime.models import (
     Permission,
     Run,
     Session,
+    WorkItem,
 )
+from runtime.policy import check_rule, describe
 
 MANAGE_VERSIONS = Permission.MANAGE_VERSIONS
 REGISTER, UNREGISTER = "register", "unregister"
@@ -552,3 +558,91 @@ class EventAdmin(ReadOnlyAdmin):
     # The event_actor index serves an exact actor search; ?kind=… filters by URL.
     search_fields = ("=actor",)
     ordering = ("-id",)
+
+
+# --- approval policy ---------------------------------------------------------------------------
+
+
+class ApprovalRuleForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ApprovalRule
+        fields = (
+            "name",
+            "description",
+            "enabled",
+            "priority",
+            "agent",
+            "tool",
+            "condition",
+            "approver_group",
+            "quorum",
+            "four_eyes",
+            "high_risk",
+            "expires_after",
+            "on_expiry",
+            "expiry_reason",
+            "escalate_after",
+            "escalation_group",
+        )
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean()
+        # The runtime's checks, shown on the form's fields (a save would refuse the rule too).
+        check_rule(construct_instance(self, self.instance))
+        return data
+
+
+@admin.register(ApprovalRule)
+class ApprovalRuleAdmin(admin.ModelAdmin):
+    """Approval rules: data the engine applies to the next calls (a saved rule is validated
+    against the tool's input schema; calls already waiting keep the policy they asked under)."""
+
+    form = ApprovalRuleForm
+    list_display = ("name", "agent", "tool", "condition_text", "quorum", "enabled", "priority")
+    list_filter = ("enabled", "agent", "tool", "four_eyes", "high_risk")
+    ordering = ("agent", "tool", "priority", "pk")
+    search_fields = ("name", "agent", "tool")
+    fieldsets = (
+        (None, {"fields": ("name", "description", "enabled", "priority")}),
+        ("Which calls", {"fields": ("agent", "tool", "condition")}),
+        ("Who decides", {"fields": ("approver_group", "quorum", "four_eyes", "high_risk")}),
+        (
+            "Time",
+            {
+                "fields": (
+                    "expires_after",
+                    "on_expiry",
+                    "expiry_reason",
+                    "escalate_after",
+                    "escalation_group",
+                )
+            },
+        ),
+    )
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.base_fields["condition"].help_text = (
+            'JSON Logic over the arguments, e.g. {">": [{"var": "amount_cents"}, 50000]}; '
+            "{} matches every call. Operators: " + ", ".join(sorted(conditions.OPERATORS))
+        )
+        return form
+
+    @admin.display(description="condition")
+    def condition_text(self, rule: ApprovalRule) -> str:
+        return "every call" if rule.condition == {} else describe(rule.condition)
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(ReadOnlyAdmin):
+    list_display = ("interaction_id", "rule", "claimed_by", "assigned_to", "flagged", "decided_at")
+    list_filter = ("flagged",)
+    ordering = ("-created_at",)
+
+
+@admin.register(ApprovalReceipt)
+class ApprovalReceiptAdmin(ReadOnlyAdmin):
+    list_display = ("interaction_id", "digest", "created_at", "used_at")
+    ordering = ("-created_at",)

@@ -17,9 +17,9 @@ from django.db import connection
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 
-from agentops import decisions, live
+from agentops import decisions, live, work
 from agentops.decisions import code_tool
-from runtime import control, registry
+from runtime import clock, control, policy, registry
 from runtime.agents import Tool
 from runtime.models import (
     RUNTIME,
@@ -94,8 +94,11 @@ def _max_attempts(run: Run) -> int | None:
     return agent.model_retry.max_attempts if agent and agent.model_retry else None
 
 
-def inbox() -> dict[str, Any]:
-    """What needs a person now: approvals, questions, blocked runs and retry waits."""
+def inbox(user: str = "", show: str = "") -> dict[str, Any]:
+    """What needs a person now: approvals, questions, blocked runs and retry waits.
+
+    `show` filters the approvals and questions ("mine", "unassigned", "urgent": see
+    agentops.work.FILTERS) for `user`; they are sorted by urgency, then age."""
     counts = dict(
         Run.objects.filter(status__in=COUNTED_STATUSES)
         .order_by()
@@ -108,17 +111,18 @@ def inbox() -> dict[str, Any]:
         .values_list("kind")
         .annotate(n=Count("pk"))
     )
-    pending = Interaction.objects.filter(status=InteractionStatus.PENDING).select_related(
-        "run", "run__session"
+    now = clock.now()
+    show = show if show in work.FILTERS else ""
+    pending = (
+        Interaction.objects.filter(
+            work.inbox_filter(show, user, now), status=InteractionStatus.PENDING
+        )
+        .select_related("run", "run__session", "work")
+        .order_by(*work.INBOX_ORDER)
     )
-    approvals = list(
-        pending.filter(kind=InteractionKind.TOOL_APPROVAL).order_by("created_at", "pk")[
-            :QUEUE_LIMIT
-        ]
-    )
-    questions = list(
-        pending.filter(kind=InteractionKind.QUESTION).order_by("created_at", "pk")[:QUEUE_LIMIT]
-    )
+    approvals = list(pending.filter(kind=InteractionKind.TOOL_APPROVAL)[:QUEUE_LIMIT])
+    questions = list(pending.filter(kind=InteractionKind.QUESTION)[:QUEUE_LIMIT])
+    work.annotate([*approvals, *questions], now)
     # updated_at is when the run stopped: nothing touches a blocked run until a person acts.
     attention = list(
         Run.objects.filter(status=RunStatus.NEEDS_ATTENTION)
@@ -153,6 +157,8 @@ def inbox() -> dict[str, Any]:
         "questions": Queue(questions, pending_counts.get(InteractionKind.QUESTION, 0)),
         "attention": Queue(attention, counts.get(RunStatus.NEEDS_ATTENTION, 0)),
         "retries": Queue(retries, counts.get(RunStatus.RETRY_WAIT, 0)),
+        "show": show,
+        "filters": work.FILTERS,
     }
 
 
@@ -468,6 +474,10 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
     transcript = run_messages(run, operations)
     is_approval = interaction.kind == InteractionKind.TOOL_APPROVAL
     arguments = (interaction.payload or {}).get("arguments") if is_approval else None
+    # What would run: an approver's edit, if any (the provenance table shows the proposal).
+    to_run = (
+        policy.current_arguments(interaction, work.item_of(interaction)) if is_approval else None
+    )
     pending = interaction.status == InteractionStatus.PENDING
     return {
         "interaction": interaction,
@@ -484,11 +494,12 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
             ),
         ),
         # Fetched while the decision is open: once made, "after this refund" is history.
-        "facts": decisions.facts(tool, arguments) if is_approval and pending else None,
+        "facts": decisions.facts(tool, to_run) if is_approval and pending else None,
         "subject": decisions.subject_of(tool, arguments) if is_approval else "",
         "related": decisions.related_calls([interaction]).get(interaction.pk, []),
         "recent_days": decisions.RECENT_DAYS,
-        "high_risk": is_approval and pending and decisions.is_high_risk(tool, arguments),
+        "high_risk": is_approval and pending and decisions.is_high_risk(tool, to_run),
+        "work": work.policy_detail(interaction, tool, by_key.get(interaction.operation_key)),
     }
 
 

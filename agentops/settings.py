@@ -205,6 +205,17 @@ AGENTOPS_MODEL_TIMEOUT = env_float("AGENTOPS_MODEL_TIMEOUT", 600.0)
 # The store prepares its statements once per connection; turn off behind a pooler that cannot
 # hold prepared statements (PgBouncer in transaction mode before 1.21).
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
+# The work queue: a claim ("alice is on it") lapses after this many seconds.
+AGENTOPS_CLAIM_SECONDS = env_float("AGENTOPS_CLAIM_SECONDS", 15 * 60.0)
+# An approval under a rule with an expiry warns (approval_expiring) this long before it expires.
+AGENTOPS_APPROVAL_EXPIRING_SECONDS = env_float("AGENTOPS_APPROVAL_EXPIRING_SECONDS", 15 * 60.0)
+# A high-risk approval in the console needs a password entered this recently.
+AGENTOPS_REAUTH_SECONDS = env_float("AGENTOPS_REAUTH_SECONDS", 5 * 60.0)
+if min(AGENTOPS_CLAIM_SECONDS, AGENTOPS_APPROVAL_EXPIRING_SECONDS, AGENTOPS_REAUTH_SECONDS) <= 0:
+    raise ImproperlyConfigured(
+        "AGENTOPS_CLAIM_SECONDS, AGENTOPS_APPROVAL_EXPIRING_SECONDS and AGENTOPS_REAUTH_SECONDS "
+        "must be > 0"
+    )
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
 

@@ -11,6 +11,7 @@ from agentops.views import (
     reconcile,
     runs,
     surgery,
+    work,
 )
 
 app_name = "console"
@@ -32,6 +33,10 @@ urlpatterns = [
     path("runs/<uuid:run_id>/resolve/", reconcile.resolve, name="resolve"),
     path("interactions/<uuid:interaction_id>/", interactions.interaction, name="interaction"),
     path("interactions/<uuid:interaction_id>/respond/", interactions.respond, name="respond"),
+    path("interactions/<uuid:interaction_id>/claim/", work.claim, name="claim"),
+    path("interactions/<uuid:interaction_id>/release/", work.release, name="release"),
+    path("interactions/<uuid:interaction_id>/assign/", work.assign, name="assign"),
+    path("interactions/<uuid:interaction_id>/edit/", work.edit, name="edit"),
     path("audit/", audit.audit, name="audit"),
     path("profile/", profile.profile, name="profile"),
 ]

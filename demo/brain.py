@@ -164,6 +164,11 @@ class RefundDeskBrain:
                 text=f"I will refund {_dollars(amount)} of order {number} ({order['item']}).",
             )
         result, failed = refund
+        # An operator may edit the arguments before approving: the result then says which
+        # fields changed, around the tool's own result.
+        edited = sorted(result.get("operator_edited_arguments", {})) if not failed else []
+        if edited:
+            result = result["result"]
         if failed:
             why = result.get("reason") or result.get("error") or "the refund failed"
             return self._say(f"I did not refund order {number}: {why}")
@@ -181,7 +186,8 @@ class RefundDeskBrain:
             )
         ticket = turn.last("create_ticket")
         follow_up = f" Ticket {ticket[0]['ticket_id']} is open." if ticket and not ticket[1] else ""
+        changed = f" An operator changed {', '.join(edited)} before approving." if edited else ""
         return self._say(
             f"Refunded {_dollars(result['amount_cents'])} of order {number}, "
-            f"receipt {result['receipt_id']}.{follow_up}"
+            f"receipt {result['receipt_id']}.{changed}{follow_up}"
         )

@@ -16,13 +16,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
 from demo.agents import refund_desk_v1, refund_desk_v2
 from demo.models import Customer, Order
 from runtime import register, respond, submit
-from runtime.models import Run
+from runtime.models import ApprovalRule, ExpiryOutcome, Run
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 
@@ -56,6 +57,7 @@ def seed(log=print) -> None:
     _version_blocked_run(log)
     _uncertain_refund(log)
     register([refund_desk_v2], actor=SEEDER)
+    _approval_rules()
     _completed_refund()
     _answered_status()
     _failed_run()
@@ -67,6 +69,21 @@ def seed(log=print) -> None:
         for s in ("waiting", "needs_attention", "retry_wait", "completed", "failed")
     }
     log("demo runs: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def _approval_rules() -> None:
+    """An approval rule as data: refunds over $150 are decided by the operators, and one left
+    waiting a working day is flagged."""
+    ApprovalRule.objects.create(
+        name="large refunds",
+        description="Refunds over $150 go to the operators; flagged after a working day.",
+        agent=AGENT,
+        tool="refund_order",
+        condition={">": [{"var": "amount_cents"}, 15000]},
+        approver_group=Group.objects.get(name="operators"),
+        expires_after=dt.timedelta(hours=8),
+        on_expiry=ExpiryOutcome.KEEP_WAITING,
+    )
 
 
 def create_orders() -> None:

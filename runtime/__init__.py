@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from runtime.errors import (
         AgentDefinitionError,
         AgentOpsError,
+        ApprovalRefused,
+        ClaimConflict,
         DurableConflictError,
         ForkRefused,
         InteractionClosed,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
         ModelError,
         NotBlocked,
         NotFound,
+        ReauthenticationRequired,
         RegistrationError,
         RetryRejected,
         SessionBusy,
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
     from runtime.llm.anthropic import AnthropicModel
     from runtime.registry import register, unregister
     from runtime.surgery import ForkPreview, fork, fork_preview, pause
+    from runtime.work import assign, claim, edit, release
 
 # The modules of the public names.
 _MODULES = {
@@ -75,6 +79,8 @@ _MODULES = {
     "runtime.errors": (
         "AgentDefinitionError",
         "AgentOpsError",
+        "ApprovalRefused",
+        "ClaimConflict",
         "DurableConflictError",
         "ForkRefused",
         "InteractionClosed",
@@ -85,6 +91,7 @@ _MODULES = {
         "ModelError",
         "NotBlocked",
         "NotFound",
+        "ReauthenticationRequired",
         "RegistrationError",
         "RetryRejected",
         "SessionBusy",
@@ -102,6 +109,7 @@ _MODULES = {
     "runtime.engine": ("advance",),
     "runtime.control": ("cancel", "list_runs", "resolve", "respond", "resume", "retry", "submit"),
     "runtime.registry": ("register", "unregister"),
+    "runtime.work": ("assign", "claim", "edit", "release"),
     "runtime.surgery": ("ForkPreview", "fork", "fork_preview", "pause"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
@@ -121,7 +129,9 @@ __all__ = [
     "AgentDefinitionError",
     "AgentOpsError",
     "AnthropicModel",
+    "ApprovalRefused",
     "Cancelled",
+    "ClaimConflict",
     "DurableConflictError",
     "ForkPreview",
     "ForkRefused",
@@ -139,6 +149,7 @@ __all__ = [
     "NotBlocked",
     "NotFound",
     "Presentation",
+    "ReauthenticationRequired",
     "Recovery",
     "RegistrationError",
     "RetryRejected",
@@ -152,12 +163,16 @@ __all__ = [
     "Usage",
     "advance",
     "ask_operator",
+    "assign",
     "cancel",
+    "claim",
+    "edit",
     "fork",
     "fork_preview",
     "list_runs",
     "pause",
     "register",
+    "release",
     "resolve",
     "respond",
     "resume",

@@ -18,14 +18,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Model, QuerySet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runtime import clock, dispatch, jsonvalues, keys, registry, store
+from runtime import clock, dispatch, jsonvalues, keys, policy, registry, store
+from runtime.agents import digest
 from runtime.errors import (
+    ApprovalRefused,
     InteractionClosed,
     InteractionConflict,
     InvalidInput,
     InvalidTransition,
     NotBlocked,
     NotFound,
+    ReauthenticationRequired,
     RetryRejected,
     SessionBusy,
 )
@@ -42,6 +45,7 @@ from runtime.models import (
     Run,
     RunStatus,
     Session,
+    WorkItem,
 )
 from runtime.store import surgery as surgery_store
 
@@ -228,22 +232,48 @@ def _describe(interaction: Interaction) -> str:
     return f"{what} by {interaction.responded_by} at {_when(interaction.responded_at)}"
 
 
-def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
+def respond(
+    interaction_id: Any, response: Any, *, actor: str, reauthenticated: bool = False
+) -> Interaction:
     """Answer a pending approval or question; the run continues.
+
+    An approval under a rule obeys it (runtime.policy): a decision it forbids (wrong group,
+    four-eyes, expired) raises ApprovalRefused; a high-risk approval without `reauthenticated`
+    (the interface's proof of a recent sign-in) raises ReauthenticationRequired; nothing changes
+    then. Under a quorum, each approval counts once per person, and the run continues when the
+    quorum of distinct approvers of the current arguments is met; one rejection decides. The
+    decision's receipt is written with it.
 
     The same response again is a no-op; a different one raises InteractionConflict naming who
     answered and when.
     """
     actor = _actor(actor)
+    if not isinstance(reauthenticated, bool):
+        raise InvalidInput("reauthenticated must be true or false")
     interaction = _get(Interaction, interaction_id)
     parsed = _parse_response(interaction, response)
     answer = parsed.model_dump()
     now = clock.now()
+    counted = False
     with transaction.atomic():
         # The run's row lock first, in the order cancel and the engine take them (the run, then
         # its interactions): the other order deadlocks against a concurrent cancel.
         _get(Run, interaction.run_id, lock=True)
-        landed = store.answer_interaction(interaction.pk, answer, actor=actor, now=now)
+        interaction.refresh_from_db()
+        item = _work_item(interaction)
+        receipt: tuple[str, dict[str, Any]] | None = None
+        approving = interaction.kind == InteractionKind.TOOL_APPROVAL and answer["approved"]
+        if interaction.status == InteractionStatus.PENDING:
+            if interaction.kind == InteractionKind.TOOL_APPROVAL:
+                problem = policy.refusal(item, interaction, actor, approving=approving, now=now)
+                if problem:
+                    raise ApprovalRefused(problem)
+            if approving:
+                receipt = _approve(interaction, item, actor, reauthenticated=reauthenticated)
+                counted = receipt is None
+        landed = not counted and store.answer_interaction(
+            interaction.pk, answer, actor=actor, now=now
+        )
         if landed:
             moved = store.move_run(
                 interaction.run_id, RunStatus.QUEUED, sources=[RunStatus.WAITING], now=now
@@ -252,26 +282,13 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
             paused = not moved and surgery_store.answered_while_paused(interaction.run_id)
             if not moved and not paused:
                 raise InvalidTransition(f"run {interaction.run_id} is not waiting for this answer")
-            if interaction.kind == InteractionKind.QUESTION:
-                kind = EventKind.QUESTION_ANSWERED
-            elif answer["approved"]:
-                kind = EventKind.APPROVAL_GRANTED
-            else:
-                kind = EventKind.APPROVAL_REJECTED
-            store.event(
-                interaction.run_id,
-                kind,
-                actor,
-                key=interaction.operation_key,
-                interaction=str(interaction.pk),
-                tool=interaction.tool_name,
-                response=answer,
-            )
+            store.mark_decided(interaction, now)
+            _record_decision(interaction, item, receipt, answer, actor)
             if not paused:
                 dispatch.enqueue_on_commit(interaction.run_id)
     # Fresh, with its run and session: what the caller renders, read once.
     interaction = Interaction.objects.select_related("run__session").get(pk=interaction.pk)
-    if landed:
+    if landed or counted:
         return interaction
     if interaction.status == InteractionStatus.CANCELLED:
         raise InteractionClosed(
@@ -280,6 +297,84 @@ def respond(interaction_id: Any, response: Any, *, actor: str) -> Interaction:
     if parsed.same_as(interaction.response or {}):
         return interaction
     raise InteractionConflict(f"already {_describe(interaction)}")
+
+
+def _record_decision(
+    interaction: Interaction,
+    item: WorkItem | None,
+    receipt: tuple[str, dict[str, Any]] | None,
+    answer: dict[str, Any],
+    actor: str,
+) -> None:
+    """The decision's event, and the receipt of an approval that met its quorum."""
+    extra: dict[str, Any] = {}
+    if item is not None and item.policy.get("rule"):
+        # Time to decision per rule (the metrics) reads it from the event.
+        extra["rule"] = item.policy["rule"]
+    if receipt is not None:
+        digest_, contents = receipt
+        store.write_receipt(interaction, digest_, contents)
+        extra |= {"approvers": contents["approvers"], "receipt": digest_}
+    if interaction.kind == InteractionKind.QUESTION:
+        kind = EventKind.QUESTION_ANSWERED
+    elif answer["approved"]:
+        kind = EventKind.APPROVAL_GRANTED
+    else:
+        kind = EventKind.APPROVAL_REJECTED
+    store.event(
+        interaction.run_id,
+        kind,
+        actor,
+        key=interaction.operation_key,
+        interaction=str(interaction.pk),
+        tool=interaction.tool_name,
+        response=answer,
+        **extra,
+    )
+
+
+def _work_item(interaction: Interaction) -> WorkItem | None:
+    try:
+        return interaction.work
+    except WorkItem.DoesNotExist:  # asked before work items existed: the default policy
+        return None
+
+
+def _approve(
+    interaction: Interaction, item: WorkItem | None, actor: str, *, reauthenticated: bool
+) -> tuple[str, dict[str, Any]] | None:
+    """Count `actor`'s approval (under the run's lock). The receipt (digest, contents) once the
+    quorum is met; None while it is not (the vote is recorded, with its event)."""
+    rules = policy.Policy.from_json(item.policy) if item is not None else None
+    if rules is not None and rules.high_risk and not reauthenticated:
+        raise ReauthenticationRequired(
+            f"rule {rules.rule!r} marks this call high-risk: sign in again (or use a token with "
+            "the high-risk scope) to approve it"
+        )
+    run = interaction.run
+    agent = registry.code_agent(run.agent, run.version)
+    try:
+        contents = policy.receipt(run, agent, interaction, item, fingerprint=run.fingerprint)
+    except ValueError as exc:
+        raise ApprovalRefused(str(exc)) from None
+    approved_sha = digest(contents["arguments"])
+    new = store.vote(interaction, actor, approved_sha)
+    contents["approvers"] = policy.approvers(interaction, approved_sha)
+    quorum = rules.quorum if rules is not None else 1
+    if len(contents["approvers"]) >= quorum:
+        return digest(contents), contents
+    if new:
+        store.event(
+            run.pk,
+            EventKind.APPROVAL_COUNTED,
+            actor,
+            key=interaction.operation_key,
+            interaction=str(interaction.pk),
+            tool=interaction.tool_name,
+            approvers=contents["approvers"],
+            quorum=quorum,
+        )
+    return None
 
 
 # --- resolve ---------------------------------------------------------------------------------
@@ -614,8 +709,9 @@ def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
     """Let runs move again.
 
     `resume()`: hand every run that can move now to the executor — startup discovery and the
-    sweep: queued runs whose message was lost, expired leases and due retry timers. Claiming
-    stays the only door into `running`, so handing a run over twice is harmless.
+    sweep: first the due approval timers fire (expiry, escalation, warnings), each once; then
+    queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
+    only door into `running`, so handing a run over twice is harmless.
 
     `resume(run_id, actor=...)`: return a paused run exactly where it was paused (see
     `runtime.surgery.resume_run`).
@@ -624,6 +720,9 @@ def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
         from runtime.surgery import resume_run
 
         return resume_run(run_id, actor=_actor(actor))
+    from runtime import work  # it builds on this module's verbs
+
+    work.fire_due_timers()
     due = [str(pk) for pk in store.due_run_ids()]
     for each in due:
         dispatch.enqueue_on_commit(each)

@@ -21,10 +21,10 @@ import os
 import re
 import socket
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
 from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
@@ -32,6 +32,8 @@ from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
+    ApprovalReceipt,
+    ApprovalRule,
     AttentionReason,
     ErrorKind,
     EventKind,
@@ -43,6 +45,17 @@ from runtime.models import (
     OperationStatus,
     Run,
     RunStatus,
+    WorkItem,
+)
+from runtime.policy import (
+    QUESTION,
+    Policy,
+    changes,
+    edited_result,
+    policy_for,
+    receipt,
+    receipt_differences,
+    rules_for,
 )
 from runtime.store import surgery as surgery_store
 from runtime.transcript import (
@@ -88,6 +101,10 @@ def operation_attempts() -> int:
 
 class _Stop(Exception):
     """The run was moved out of `running` (done, failed, waiting, blocked); stop the loop."""
+
+
+class _ReceiptUsed(Exception):
+    """An approval's receipt was used by an intent already: its transaction is rolled back."""
 
 
 def worker_name() -> str:
@@ -225,8 +242,9 @@ class _Turn:
         self.run = run
         self.ops: dict[str, Operation] = {op.key: op for op in run.operations.all()}
         self.interactions: dict[str, Interaction] = {
-            i.operation_key: i for i in run.interactions.all()
+            i.operation_key: i for i in run.interactions.select_related("work", "receipt")
         }
+        self._rules: dict[str, list[ApprovalRule]] = {}
         # What every model request of this turn shares (tool schemas and digests): built once.
         self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
 
@@ -290,7 +308,7 @@ class _Turn:
         store.transition(self.run, status, kind, data=data, finished_at=clock.now(), **fields)
         raise _Stop
 
-    def _block(self, reason: str, detail: dict[str, Any], key: str = "") -> None:
+    def _block(self, reason: str, detail: dict[str, Any], key: str = "") -> NoReturn:
         store.transition(
             self.run,
             RunStatus.NEEDS_ATTENTION,
@@ -538,11 +556,13 @@ class _Turn:
 
     def _tool_call(self, agent: Agent, step: int, use: ToolUseBlock) -> dict[str, Any]:
         key = keys.tool_key(step, use.id)
-        saved_input = {"tool": use.name, "arguments": use.input}
+        interaction = self.interactions.get(key)
+        edit = _edit(interaction)
+        saved_input = _saved_tool_input(use, edit)
         input_hash = digest(saved_input)
         op = self._replayable(key, saved_input, input_hash)
         if op is not None and op.status in (OperationStatus.COMPLETED, OperationStatus.REJECTED):
-            return tool_result_block(use.id, op.result, op.is_error)
+            return _result_block(use.id, op.result, op.is_error, edit)
 
         tool = agent.tool_named(use.name)
         args = validate_input(tool, use.input) if tool else f"unknown tool {use.name!r}"
@@ -563,8 +583,11 @@ class _Turn:
             return tool_result_block(use.id, result, True)
         policy = agent.policy_for(tool)
 
-        if tool.is_question or tool.needs_approval(args):
-            decided = self._decision(tool, key, args)
+        # Whether a call needs a person is decided once, before its intent: an interaction
+        # already asked stays the answer, and a rule added after the intent changes nothing.
+        ask = self._asks(agent, tool, args, interaction, op)
+        if tool.is_question or interaction is not None or ask is not None:
+            decided = self._decision(tool, key, args, ask)
             if decided is not None:
                 result, status, is_error = decided
                 store.record(
@@ -579,6 +602,8 @@ class _Turn:
                     is_error=is_error,
                 )
                 return tool_result_block(use.id, result, is_error)
+            if interaction is not None:
+                args = self._checked_receipt(agent, tool, interaction, key)
 
         rerun = ""
         if op is not None and op.status == OperationStatus.NOT_RUN:
@@ -603,7 +628,7 @@ class _Turn:
                 store.write_outcome(
                     self.run, op, status=OperationStatus.COMPLETED, result=durability, is_error=True
                 )
-                return tool_result_block(use.id, durability, True)
+                return _result_block(use.id, durability, True, edit)
             # safe and idempotent: run again, with the same operation id, within a budget.
             attempts = store.intents_since_a_person_acted(self.run, key)
             if attempts >= operation_attempts():
@@ -611,14 +636,13 @@ class _Turn:
             rerun = "recovery"
         self._pause_point()
         faults.reach("before_intent", self.run, key, tool.name)
-        op = store.write_intent(
-            self.run,
+        op = self._tool_intent(
             op,
+            interaction,
             key=key,
-            kind=OperationKind.TOOL,
             name=tool.name,
             policy=policy,
-            input=saved_input,
+            saved_input=saved_input,
             input_hash=input_hash,
             rerun=rerun,
         )
@@ -632,7 +656,7 @@ class _Turn:
             self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=is_error
         )
         faults.reach("after_outcome", self.run, key, tool.name)
-        return tool_result_block(use.id, result, is_error)
+        return _result_block(use.id, result, is_error, edit)
 
     def _invoke(self, tool: Tool, args: BaseModel, op: Operation) -> tuple[Any, bool]:
         """Run the handler; an exception it raises is an outcome the model sees."""
@@ -652,7 +676,9 @@ class _Turn:
         except Exception as exc:
             return {"error": str(exc) or type(exc).__name__, "type": type(exc).__name__}, True
 
-    def _decision(self, tool: Tool, key: str, args: BaseModel) -> tuple[Any, str, bool] | None:
+    def _decision(
+        self, tool: Tool, key: str, args: BaseModel, ask: Policy | None
+    ) -> tuple[Any, str, bool] | None:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
@@ -664,8 +690,14 @@ class _Turn:
                     InteractionKind.TOOL_APPROVAL,
                     {"arguments": args.model_dump(mode="json")},
                 )
-            store.request_interaction(
-                self.run, key=key, kind=kind, tool_name=tool.name, payload=payload
+            store.request_approval(
+                self.run,
+                key=key,
+                kind=kind,
+                tool_name=tool.name,
+                payload=payload,
+                policy=ask or QUESTION,
+                expiring_seconds=float(settings.AGENTOPS_APPROVAL_EXPIRING_SECONDS),
             )
             raise _Stop
         if interaction.status != InteractionStatus.ANSWERED:
@@ -687,6 +719,150 @@ class _Turn:
             }
             return rejection, OperationStatus.REJECTED, True
         return None
+
+    # --- approval policy ------------------------------------------------------------------------
+
+    def _asks(
+        self,
+        agent: Agent,
+        tool: Tool,
+        args: BaseModel,
+        interaction: Interaction | None,
+        op: Operation | None,
+    ) -> Policy | None:
+        """The policy under which a call not asked yet must ask a person, or None."""
+        if interaction is not None or tool.is_question:
+            return None
+        if op is not None and not tool.needs_approval(args):
+            return None
+        # The tool's rules, read once per claim: a turn calls the same tools again and again.
+        if tool.name not in self._rules:
+            self._rules[tool.name] = rules_for(agent, tool)
+        return policy_for(agent, tool, args, self._rules[tool.name])
+
+    def _tool_intent(
+        self,
+        op: Operation | None,
+        interaction: Interaction | None,
+        *,
+        key: str,
+        name: str,
+        policy: str,
+        saved_input: dict[str, Any],
+        input_hash: str,
+        rerun: str,
+    ) -> Operation:
+        """Write 1 of 2 of a tool call; an approved call's receipt is used by its first intent,
+        in the same transaction: once, by this call. (Other calls keep the intent's own commit.)"""
+
+        def intent() -> Operation:
+            return store.write_intent(
+                self.run,
+                op,
+                key=key,
+                kind=OperationKind.TOOL,
+                name=name,
+                policy=policy,
+                input=saved_input,
+                input_hash=input_hash,
+                rerun=rerun,
+            )
+
+        if op is not None or interaction is None or _receipt(interaction) is None:
+            return intent()
+        try:
+            with transaction.atomic():
+                if not store.use_receipt(interaction.pk, clock.now()):
+                    raise _ReceiptUsed
+                return intent()
+        except _ReceiptUsed:
+            self._block_receipt(key, "this approval was used already", [])
+
+    def _checked_receipt(
+        self, agent: Agent, tool: Tool, interaction: Interaction, key: str
+    ) -> BaseModel:
+        """The arguments to run for an approved call, after recomputing its receipt over what is
+        about to run: a difference (arguments, code, rule, approvers) blocks the run, naming it.
+        A call approved before receipts existed runs with its proposed arguments."""
+        saved = _receipt(interaction)
+        item = _item(interaction)
+        try:
+            current = receipt(self.run, agent, interaction, item, fingerprint=agent.fingerprint)
+        except ValueError as exc:
+            self._block_receipt(key, str(exc), [])
+        if saved is not None:
+            differences = receipt_differences(saved.contents, current)
+            if differences or digest(current) != saved.digest:
+                named = ", ".join(d["part"] for d in differences) or "the digest"
+                self._block_receipt(
+                    key,
+                    f"what is about to run differs from what was approved: {named}",
+                    differences,
+                )
+        return tool.input_model.model_validate(current["arguments"])
+
+    def _block_receipt(self, key: str, message: str, differences: list[dict[str, Any]]) -> NoReturn:
+        self._block(
+            AttentionReason.RECEIPT_MISMATCH,
+            {
+                "message": f"{message}. The call was not run; cancel the run, or ask for the "
+                "call again in a new run.",
+                "differences": differences,
+                "operation": key,
+            },
+            key=key,
+        )
+
+
+def _item(interaction: Interaction | None) -> WorkItem | None:
+    try:
+        return interaction.work if interaction is not None else None
+    except WorkItem.DoesNotExist:
+        return None
+
+
+def _receipt(interaction: Interaction) -> ApprovalReceipt | None:
+    try:
+        return interaction.receipt
+    except ApprovalReceipt.DoesNotExist:
+        return None
+
+
+def _edit(interaction: Interaction | None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """For an approved call whose arguments an approver edited: (the edited arguments, the
+    changed fields); None otherwise."""
+    item = _item(interaction)
+    if interaction is None or item is None or item.arguments is None:
+        return None
+    if interaction.status != InteractionStatus.ANSWERED or not (interaction.response or {}).get(
+        "approved"
+    ):
+        return None
+    proposed = interaction.payload.get("arguments", {})
+    return dict(item.arguments), changes(proposed, item.arguments)
+
+
+def _saved_tool_input(
+    use: ToolUseBlock, edit: tuple[dict[str, Any], dict[str, Any]] | None
+) -> dict[str, Any]:
+    saved: dict[str, Any] = {"tool": use.name, "arguments": use.input}
+    if edit is not None:
+        # An approver edited the arguments: the call runs with these (the model's proposal
+        # stays in "arguments", so the log shows both).
+        saved["executed_arguments"] = edit[0]
+    return saved
+
+
+def _result_block(
+    tool_use_id: str,
+    result: Any,
+    is_error: bool,
+    edit: tuple[dict[str, Any], dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """The tool result the model sees; for an edited call, with what the operator changed."""
+    if edit is not None:
+        result = edited_result(result, edit[1])
+    return tool_result_block(tool_use_id, result, is_error)
 
 
 def opening(run: Run, agent: Agent) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -57,6 +57,26 @@ class InteractionClosed(AgentOpsError):
     code = "interaction_closed"
 
 
+class ApprovalRefused(AgentOpsError):
+    """The approval policy forbids this decision (wrong group, four-eyes, expired, a missing
+    permission); nothing was written. The message gives the reason."""
+
+    code = "approval_refused"
+
+
+class ReauthenticationRequired(AgentOpsError):
+    """A high-risk approval needs a recent re-authentication (the console asks for the
+    password again; the API needs a token with the high-risk scope); nothing was written."""
+
+    code = "reauthentication_required"
+
+
+class ClaimConflict(AgentOpsError):
+    """Someone else holds the claim on this work item; the message names them and until when."""
+
+    code = "claim_conflict"
+
+
 class NotBlocked(AgentOpsError):
     """A resolve for an operation the run is not blocked on."""
 

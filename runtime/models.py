@@ -1,4 +1,5 @@
-"""The durable data model: sessions, runs, operations, interactions, events, agent versions.
+"""The durable data model: sessions, runs, operations, interactions, events, agent versions,
+and the approval policy (rules, work items, votes, timers, receipts).
 
 Rows are written only by the store (`runtime/store/`); everything else reads. The vocabulary
 of stored values is defined here once: statuses (with the allowed run transitions beside their
@@ -68,6 +69,17 @@ class EventKind(models.TextChoices):
     FORK_CREATED = "fork_created"
     BULK_JOB_SUBMITTED = "bulk_job_submitted"
     BULK_JOB_STOPPED = "bulk_job_stopped"
+    # Approval policy: the rule a call asks under, approvals short of a quorum, edits, the
+    # work queue's claims, and the timers the sweep fires.
+    APPROVAL_RULE_APPLIED = "approval_rule_applied"
+    APPROVAL_COUNTED = "approval_counted"
+    ARGUMENTS_EDITED = "arguments_edited"
+    ITEM_CLAIMED = "item_claimed"
+    ITEM_RELEASED = "item_released"
+    ITEM_ASSIGNED = "item_assigned"
+    APPROVAL_EXPIRING = "approval_expiring"
+    APPROVAL_ESCALATED = "approval_escalated"
+    APPROVAL_EXPIRED = "approval_expired"
 
     @classmethod
     def requested(cls, interaction_kind: str) -> EventKind:
@@ -151,6 +163,7 @@ class AttentionReason(models.TextChoices):
     CRASH_LOOP = "crash_loop", "Crash loop: claims keep ending in a crash"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted", "An operation was re-run after crashes too often"
     MODEL_STOPPED = "model_stopped", "The model ended the turn without an answer"
+    RECEIPT_MISMATCH = "receipt_mismatch", "What is about to run differs from what was approved"
 
 
 class ErrorKind(models.TextChoices):
@@ -457,6 +470,178 @@ class Event(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise TypeError("events are append-only: they cannot be deleted")
+
+
+# --- approval policy -----------------------------------------------------------------------------
+
+
+class ExpiryOutcome(models.TextChoices):
+    REJECT = "reject", "Reject, with the stated reason"
+    ESCALATE = "escalate", "Escalate to the escalation group"
+    KEEP_WAITING = "keep_waiting", "Keep waiting, flagged"
+
+
+class ApprovalRule(models.Model):
+    """A rule that adds requirements to a tool call's approval: data, managed in the admin.
+
+    It applies to calls of `tool` by `agent` whose arguments satisfy `condition` (JSON Logic
+    over the validated arguments; {} matches every call). A tool's `requires_approval` in code
+    stays the floor: a matching rule makes a call need approval, and sets who may give it.
+    Every save validates the rule against the tool's input schema (runtime.policy.check_rule,
+    connected to pre_save by the app), so no path stores a rule the engine could not evaluate.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    agent = models.CharField(max_length=100)
+    tool = models.CharField(max_length=100)
+    condition = models.JSONField(default=dict, blank=True)
+    # None: anyone with the permission to respond may approve.
+    approver_group = models.ForeignKey(
+        "auth.Group", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    quorum = models.PositiveSmallIntegerField(default=1)
+    four_eyes = models.BooleanField(
+        default=False,
+        help_text="Who started the run or edited the arguments may not approve",
+    )
+    high_risk = models.BooleanField(
+        default=False, help_text="Approving asks for the password again (a recent sign-in)"
+    )
+    expires_after = models.DurationField(null=True, blank=True)
+    on_expiry = models.CharField(
+        max_length=20, choices=ExpiryOutcome.choices, default=ExpiryOutcome.REJECT
+    )
+    expiry_reason = models.CharField(max_length=500, blank=True)
+    escalate_after = models.DurationField(null=True, blank=True)
+    escalation_group = models.ForeignKey(
+        "auth.Group", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    # Of several matching rules, the lowest priority (then the lowest id) applies.
+    priority = models.PositiveIntegerField(default=100)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # The engine: the enabled rules of one agent's tool, before each call that may need one.
+            models.Index(fields=["agent", "tool", "priority"], name="approval_rule_match"),
+        ]
+        permissions: ClassVar = [
+            ("edit_arguments", "Can edit a tool call's arguments before approving"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkItem(models.Model):
+    """An interaction as work for people: the policy it is under, its timers, who is on it,
+    the edited arguments, and when it was decided."""
+
+    interaction = models.OneToOneField(
+        Interaction, on_delete=models.PROTECT, primary_key=True, related_name="work"
+    )
+    rule = models.ForeignKey(
+        ApprovalRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="items"
+    )
+    # The policy as it was when the call asked (a later edit of the rule does not change it).
+    policy = models.JSONField(default=dict)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    flagged = models.BooleanField(default=False)
+    claimed_by = models.CharField(max_length=150, blank=True)
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
+    assigned_to = models.CharField(max_length=150, blank=True)
+    # The arguments as an approver edited them (None: as the model proposed them).
+    arguments = models.JSONField(null=True, blank=True)
+    edited_by = models.CharField(max_length=150, blank=True)
+    edited_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            # Time to decision per rule (the console's rule summary, the metrics).
+            models.Index(fields=["rule", "decided_at"], name="work_item_rule_decided"),
+        ]
+
+    def __str__(self) -> str:
+        return f"work on {self.interaction_id}"
+
+
+class ApprovalVote(models.Model):
+    """One approver's approval of one version of the arguments; a quorum counts distinct
+    approvers of the current arguments."""
+
+    interaction = models.ForeignKey(
+        Interaction, on_delete=models.PROTECT, related_name="votes", db_index=False
+    )
+    approver = models.CharField(max_length=150)
+    arguments_sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["interaction", "arguments_sha256", "approver"], name="one_vote_per_approver"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.approver} approved {self.interaction_id}"
+
+
+class TimerKind(models.TextChoices):
+    EXPIRING = "expiring", "Expiry warning"
+    ESCALATE = "escalate", "Escalation"
+    EXPIRE = "expire", "Expiry"
+
+
+class ApprovalTimer(models.Model):
+    """A database timer of a work item, fired once by the workers' sweep."""
+
+    interaction = models.ForeignKey(
+        Interaction, on_delete=models.PROTECT, related_name="timers", db_index=False
+    )
+    kind = models.CharField(max_length=20, choices=TimerKind.choices)
+    due_at = models.DateTimeField()
+    fired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["interaction", "kind"], name="one_timer_per_kind")
+        ]
+        indexes: ClassVar = [
+            # The sweep: unfired timers by due time.
+            models.Index(
+                fields=["due_at"], name="approval_timer_due", condition=Q(fired_at__isnull=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.interaction_id} at {self.due_at}"
+
+
+class ApprovalReceipt(models.Model):
+    """What was approved, as a digest over its parts, re-checked before the call runs."""
+
+    interaction = models.OneToOneField(
+        Interaction, on_delete=models.PROTECT, primary_key=True, related_name="receipt"
+    )
+    digest = models.CharField(max_length=64)
+    # tool, arguments, agent, version, fingerprint, rule, approvers: what the digest covers.
+    contents = models.JSONField()
+    created_at = models.DateTimeField()
+    # The first intent of the approved call; a receipt authorizes that one operation only.
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"receipt {self.digest[:12]}"
 
 
 class BulkAction(models.TextChoices):

@@ -480,6 +480,16 @@ def list_interactions(request: HttpRequest, filters: Query[InteractionFilters]) 
 def respond(
     request: HttpRequest, interaction_id: uuid.UUID, payload: schemas.RespondIn
 ) -> Interaction:
-    """Approve (`approved: true`), reject (`approved: false` with a `reason`), or `answer`."""
+    """Approve (`approved: true`), reject (`approved: false` with a `reason`), or `answer`.
+
+    The approval policy applies as in the console: a decision a rule forbids (group, four-eyes,
+    expiry) is refused with 409 `approval_refused`; approving a call a rule marks high-risk
+    needs a token with the `respond_high_risk` scope (else 409 `reauthentication_required`).
+    """
     actor = allow(request, Scope.RESPOND)
-    return control.respond(interaction_id, payload.model_dump(exclude_none=True), actor=actor)
+    return control.respond(
+        interaction_id,
+        payload.model_dump(exclude_none=True),
+        actor=actor,
+        reauthenticated=Scope.RESPOND_HIGH_RISK in token_of(request).scopes,
+    )

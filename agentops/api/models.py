@@ -28,6 +28,9 @@ class Scope(models.TextChoices):
     READ = "read", "Read runs and interactions"
     SUBMIT = "submit", "Submit runs"
     RESPOND = "respond", "Approve, reject and answer"
+    # An approval under a rule that marks the call high-risk also needs this scope: the
+    # token's holder stands for a person who signed in again (the console asks the password).
+    RESPOND_HIGH_RISK = "respond_high_risk", "Approve calls a rule marks high-risk"
     RESOLVE = "resolve", "Reconcile uncertain operations"
     RETRY = "retry", "Retry runs"
     CANCEL = "cancel", "Cancel runs"
@@ -42,6 +45,7 @@ SCOPE_PERMISSIONS: dict[str, str] = {
     # The console starts no runs, so submitting has a permission of its own.
     Scope.SUBMIT: "api.submit_run",
     Scope.RESPOND: Permission.RESPOND,
+    Scope.RESPOND_HIGH_RISK: Permission.RESPOND,
     Scope.RESOLVE: Permission.RESOLVE,
     Scope.RETRY: Permission.CONTROL,
     Scope.CANCEL: Permission.CONTROL,

@@ -1,7 +1,7 @@
 """The notification kinds: which committed events notify people, and how they are titled.
 
-A table, so that a new kind is one row: the approval-policy work adds `approval_expiring` and
-`approval_escalated` events, and their rows below already route them (nothing emits them yet).
+A table, so that a new kind is one row. The approval policy's timers emit `approval_expiring`
+and `approval_escalated` (runtime.work.fire_due_timers).
 """
 
 from __future__ import annotations

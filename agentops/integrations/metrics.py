@@ -61,8 +61,9 @@ HISTOGRAMS = {
         ["kind"],
     ),
     "agentops_decision_seconds": (
-        "Time from an approval or question to a person's answer, by how it was answered",
-        ["kind"],
+        "Time from an approval or question to a person's answer, by how it was answered and "
+        "the approval rule it was under",
+        ["kind", "rule"],
     ),
 }
 # queue -> (what it counts, the rows)

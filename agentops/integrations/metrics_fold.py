@@ -112,7 +112,7 @@ def _increments(events: Sequence[Mapping[str, Any]]) -> Increments:
         elif event["kind"] in DECISION_EVENTS:
             seconds = decisions.get(str(event["data"].get("interaction")))
             if seconds is not None:
-                labels = {"kind": event["kind"]}
+                labels = {"kind": event["kind"], "rule": str(event["data"].get("rule", ""))}
                 observe(counts, "agentops_decision_seconds", labels, seconds, DECISION_BUCKETS)
         elif event["kind"] == EventKind.OUTCOME:
             _fold_outcome(counts, event, operations.get((event["run_id"], event["operation_key"])))

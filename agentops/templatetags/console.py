@@ -292,3 +292,9 @@ def status_badge(status: str) -> SafeString:
     return format_html(
         '<span class="badge status-{}">{}</span>', status.replace("_", "-"), status_label(status)
     )
+
+
+@register.filter
+def field_of(value: Any, name: str) -> Any:
+    """`value[name]` of a JSON object; None when it is not one or has no such field."""
+    return value.get(name) if isinstance(value, dict) else None

@@ -87,8 +87,14 @@ def _render(names: Iterable[str], context: dict[str, Any], request: HttpRequest)
     return [render_to_string(name, context, request).strip() for name in names]
 
 
-def _inbox(request: HttpRequest, changes: frozenset[str]) -> list[str]:
-    return _render([INBOX], selectors.inbox(), request) if STATUS in changes else []
+def _inbox(show: str) -> Renderer:
+    def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
+        if STATUS not in changes:
+            return []
+        context = selectors.inbox(request.user.get_username(), show)
+        return _render([INBOX], context, request)
+
+    return render
 
 
 def _run(run_id: uuid.UUID, every_event: bool) -> Renderer:
@@ -107,7 +113,7 @@ def _run(run_id: uuid.UUID, every_event: bool) -> Renderer:
 def _interaction(interaction_id: uuid.UUID) -> Renderer:
     def render(request: HttpRequest, changes: frozenset[str]) -> list[str]:
         interaction = (
-            Interaction.objects.select_related("run", "run__session")
+            Interaction.objects.select_related("run", "run__session", "work", "receipt")
             .filter(pk=interaction_id)
             .first()
         )
@@ -136,7 +142,8 @@ def live_page(
     `key`: the operation a reconcile page shows; `events`: "all" on a run page showing every
     event of its timeline."""
     if name == "inbox":
-        return LivePage((live.INBOX_GROUP,), None, _inbox)
+        # `key` is the inbox's filter ("mine", "unassigned", "urgent"), for the page's user.
+        return LivePage((live.INBOX_GROUP,), None, _inbox(key))
     if ident is None:
         return None
     if name == "run" and Run.objects.filter(pk=ident).exists():

@@ -5,12 +5,15 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from agentops import selectors
-from agentops.views.common import live, page
+from agentops import selectors, work
+from agentops.views.common import actor, live, page
 
 
 @page
 def inbox(request: HttpRequest) -> HttpResponse:
-    context = live("/ws/inbox/")
-    context.update(selectors.inbox())
+    show = request.GET.get("show", "")
+    show = show if show in work.FILTERS else ""
+    # The live page renders the same filter for the same person.
+    context = live(f"/ws/inbox/?key={show}" if show else "/ws/inbox/")
+    context.update(selectors.inbox(actor(request), show))
     return render(request, "agentops/inbox.html", context)

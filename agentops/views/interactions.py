@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -11,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from agentops import decisions, selectors
+from agentops import work as queue
 from agentops.forms import AnswerForm, ApprovalForm
 from agentops.views.common import (
     RESPOND,
@@ -18,19 +18,20 @@ from agentops.views.common import (
     action,
     actor,
     error_status,
-    live,
     page,
     reply,
 )
 from agentops.views.fragments import INTERACTION
-from runtime import control
+from agentops.views.work import context, reauth_fresh, reauthenticate
+from runtime import control, policy
 from runtime.errors import AgentOpsError
-from runtime.models import Interaction, InteractionKind
+from runtime.models import Interaction, InteractionKind, InteractionStatus
 
 
 def _fetch(interaction_id: uuid.UUID) -> Interaction:
     return get_object_or_404(
-        Interaction.objects.select_related("run", "run__session"), pk=interaction_id
+        Interaction.objects.select_related("run", "run__session", "work", "receipt"),
+        pk=interaction_id,
     )
 
 
@@ -38,20 +39,16 @@ def _form_class(interaction: Interaction) -> type[ApprovalForm] | type[AnswerFor
     return ApprovalForm if interaction.kind == InteractionKind.TOOL_APPROVAL else AnswerForm
 
 
-def _context(interaction: Interaction, **extra: Any) -> dict[str, Any]:
-    context = live(f"/ws/interactions/{interaction.pk}/")
-    context.update(selectors.interaction_detail(interaction), **extra)
-    return context
-
-
 @page
 def interaction(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
-    return render(request, "agentops/interaction.html", _context(found))
+    return render(request, "agentops/interaction.html", context(request, found))
 
 
 def _done(found: Interaction, user: str) -> str:
     response = found.response or {}
+    if found.status == InteractionStatus.PENDING:
+        return "Your approval is counted: the rule needs more approvers before the call runs."
     if found.responded_by != user:
         return f"Already answered by {found.responded_by}, the same way: nothing changed."
     if found.kind == InteractionKind.QUESTION:
@@ -75,12 +72,21 @@ def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
     form = _form_class(found)(request.POST)
     if isinstance(form, ApprovalForm):
         tool = decisions.code_tool(found.run, found.tool_name)
-        if decisions.is_high_risk(tool, (found.payload or {}).get("arguments")):
+        to_run = policy.current_arguments(found, queue.item_of(found))
+        if decisions.is_high_risk(tool, to_run):
             form.require_confirmation()
     status, notice = 400, ""
+    password = request.POST.get("password", "")
+    if password and not reauthenticate(request, password):
+        form.add_error(None, "The password is not right: the approval was not recorded.")
     if form.is_valid():
         try:
-            found = control.respond(found.pk, form.response(), actor=actor(request))
+            found = control.respond(
+                found.pk,
+                form.response(),
+                actor=actor(request),
+                reauthenticated=reauth_fresh(request),
+            )
         except AgentOpsError as exc:
             form.add_error(None, exc.message)
             status = error_status(exc)
@@ -102,6 +108,6 @@ def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
         request,
         page_template="agentops/interaction.html",
         fragment=INTERACTION,
-        context=_context(found, form=form, notice=notice),
+        context=context(request, found, form=form, notice=notice),
         status=status,
     )

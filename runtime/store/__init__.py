@@ -7,6 +7,8 @@ events and agent versions — goes through this package, and nothing else writes
 - verbs.py: the guarded updates of the verbs people use (submit, respond, resolve, retry,
   cancel); versions.py: the registry's.
 - surgery.py: the writes of pause and resume, forks and bulk jobs.
+- approvals.py: the writes of the approval policy: work items and their timers, votes,
+  receipts, edits, claims.
 - events.py: the append-only event log, published after commit.
 - reads.py: the sweep's and recovery's queries.
 - transitions.py: every guarded move of a run is checked against RUN_TRANSITIONS.
@@ -17,6 +19,22 @@ events and agent versions — goes through this package, and nothing else writes
 from __future__ import annotations
 
 from runtime.models import RUNTIME
+from runtime.store.approvals import (
+    assign_item,
+    claim_item,
+    due_timers,
+    edit_arguments,
+    expire_rejecting,
+    fire_timer,
+    mark_decided,
+    mark_escalated,
+    mark_expired,
+    release_item,
+    request_approval,
+    use_receipt,
+    vote,
+    write_receipt,
+)
 from runtime.store.dialect import connection, dialect_of
 from runtime.store.events import event
 from runtime.store.reads import due_run_ids, intents_since_a_person_acted, last_word_is_outcome
@@ -55,28 +73,42 @@ __all__ = [
     "RUNTIME",
     "add_version",
     "answer_interaction",
+    "assign_item",
     "claim",
+    "claim_item",
     "close_interactions",
     "create_run",
     "create_session",
     "due_run_ids",
+    "due_timers",
+    "edit_arguments",
     "event",
     "expire_lease",
+    "expire_rejecting",
+    "fire_timer",
     "fresh_attempts",
     "intents_since_a_person_acted",
     "last_word_is_outcome",
     "lease_seconds",
+    "mark_decided",
+    "mark_escalated",
+    "mark_expired",
     "mark_not_run",
     "move_run",
     "reactivate_version",
     "record",
     "record_statements",
+    "release_item",
     "renew",
+    "request_approval",
     "request_interaction",
     "retire_version",
     "settle_operation",
     "still_running",
     "transition",
+    "use_receipt",
+    "vote",
     "write_intent",
     "write_outcome",
+    "write_receipt",
 ]

@@ -194,8 +194,9 @@ def test_it_builds_the_inbox_with_related_calls_in_a_fixed_number_of_queries(
 
 
 # Session, user, permissions, the interaction, operations, the session's earlier runs, the
-# related interactions and their operations, the facts (the order, the refunds sum), last event.
-DECISION_QUERIES = 12
+# related interactions and their operations, the facts (the order, the refunds sum), last event,
+# and the approvals counted so far under the approval policy.
+DECISION_QUERIES = 13
 INBOX_QUERIES = 13
 
 

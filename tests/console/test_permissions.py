@@ -79,7 +79,12 @@ def test_it_creates_the_groups_with_their_permissions(db):
     assert codenames("viewers") == view
     assert codenames("approvers") == view | {"respond_run"}
     assert codenames("reconcilers") == view | {"resolve_run"}
-    assert codenames("operators") == view | {"respond_run", "resolve_run", "control_run"}
+    assert codenames("operators") == view | {
+        "respond_run",
+        "resolve_run",
+        "control_run",
+        "edit_arguments",
+    }
 
 
 def test_it_keeps_a_run_unchanged_when_a_viewer_tries_every_action(world, as_user):

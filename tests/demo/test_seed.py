@@ -40,9 +40,11 @@ def test_it_seeds_every_state_an_operator_meets_once(tmp_path):
             "shell",
             "-c",
             (
-                "import json; from runtime.models import Run; from demo.models import Refund;"
+                "import json; from runtime.models import ApprovalRule, Run;"
+                " from demo.models import Refund;"
                 "print(json.dumps({'runs': sorted([r.status, r.attention_reason, r.pk == r.pk]"
-                " for r in Run.objects.all()), 'refunds': Refund.objects.count()}))"
+                " for r in Run.objects.all()), 'refunds': Refund.objects.count(),"
+                " 'rules': list(ApprovalRule.objects.values_list('name', flat=True))}))"
             ),
             env=env,
         )
@@ -55,6 +57,8 @@ def test_it_seeds_every_state_an_operator_meets_once(tmp_path):
     assert reasons == ["fingerprint_mismatch", "uncertain_operation"]
     # The crashed worker's refund happened exactly once; the completed run made the other.
     assert states["refunds"] == 2
+    # The approval policy is data the seed writes like an admin would.
+    assert states["rules"] == ["large refunds"]
 
 
 def test_the_demo_logins_are_an_operator_and_an_agent_admin_kept_across_restarts(tmp_path):

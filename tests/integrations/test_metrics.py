@@ -111,7 +111,7 @@ def test_metrics_agree_with_the_database(define, approval_run, scrape):
     assert value(samples, "agentops_operation_duration_seconds_count", kind="model") == (
         model_ops.count()
     )
-    assert value(samples, "agentops_decision_seconds_count", kind="approval_granted") == 1
+    assert value(samples, "agentops_decision_seconds_count", kind="approval_granted", rule="") == 1
     # claude-test has no price: its cost is unknown, never 0.
     assert value(samples, "agentops_model_price_unknown", model="claude-test") == 1
     assert (
@@ -198,3 +198,17 @@ def test_an_allowed_network_needs_no_token(client, settings, db):
     settings.AGENTOPS_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8"]
     assert client.get("/metrics", REMOTE_ADDR="10.2.3.4").status_code == 200
     assert client.get("/metrics", REMOTE_ADDR="192.0.2.1").status_code == 403
+
+
+def test_time_to_decision_is_labelled_with_the_approval_rule(approval_run, scrape):
+    from runtime.models import ApprovalRule
+
+    ApprovalRule.objects.create(name="refund desk", agent="clerk", tool="refund")
+    run, interaction = approval_run()
+    finish(run, interaction)
+    samples = scrape()
+    counted = value(
+        samples, "agentops_decision_seconds_count", kind="approval_granted", rule="refund desk"
+    )
+    assert counted == 1
+    assert value(samples, "agentops_decision_seconds_count", kind="approval_granted", rule="") == 0

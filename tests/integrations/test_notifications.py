@@ -193,3 +193,27 @@ def test_answering_by_the_link_needs_a_login_and_a_form(approvers, approval_run,
     run.refresh_from_db()
     assert interaction.status == InteractionStatus.PENDING
     assert run.status == RunStatus.WAITING
+
+
+def test_an_escalation_fired_by_the_sweep_reaches_the_route(approvers, approval_run):
+    import datetime as dt
+
+    from runtime import clock, work
+    from runtime.models import ApprovalRule
+
+    ApprovalRule.objects.create(
+        name="refunds",
+        agent="clerk",
+        tool="refund",
+        escalation_group=approvers,
+        escalate_after=dt.timedelta(minutes=5),
+    )
+    route(approvers, Channel.EMAIL, ["approval_escalated"])
+    with clock.frozen() as frozen:
+        _run, interaction = approval_run()
+        frozen.advance(301)
+        assert work.fire_due_timers() == 1
+    pump.drain()
+    assert len(mail.outbox) == 3
+    assert mail.outbox[0].subject == "[AgentOps] An approval was escalated: refund"
+    assert f"/interactions/{interaction.pk}/" in mail.outbox[0].body

@@ -28,9 +28,33 @@ _TABLES: frozenset[str] = frozenset()
 
 
 def runtime_tables() -> frozenset[str]:
-    from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
+    from runtime.models import (
+        AgentVersion,
+        ApprovalReceipt,
+        ApprovalTimer,
+        ApprovalVote,
+        Event,
+        Interaction,
+        Operation,
+        Run,
+        Session,
+        WorkItem,
+    )
 
-    models = (Run, Operation, Interaction, Session, Event, AgentVersion)
+    # Approval rules are not here: they are configuration, written in the admin (and seeds),
+    # validated by the model on every save.
+    models = (
+        Run,
+        Operation,
+        Interaction,
+        Session,
+        Event,
+        AgentVersion,
+        WorkItem,
+        ApprovalVote,
+        ApprovalTimer,
+        ApprovalReceipt,
+    )
     return frozenset(model._meta.db_table for model in models)
 
 
