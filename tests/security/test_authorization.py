@@ -1,5 +1,6 @@
-"""Each persona x each action, on pages, forms and htmx endpoints; unknown or swapped ids leak
-nothing. (Websockets: test_websockets.py.)
+"""The one authorization matrix: each persona x each page and action, on pages, forms and htmx
+endpoints; the groups behind the personas; unknown or swapped ids leak nothing. (Websockets:
+test_websockets.py; the API's scopes: tests/api/test_auth.py.)
 
 The matrix is written out in full below so that it reads as the policy it enforces.
 """
@@ -11,7 +12,9 @@ import uuid
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 
+from runtime.models import Event
 from tests.security.conftest import PERSONAS, everything
 from tests.security.test_csrf import fill
 
@@ -79,6 +82,8 @@ def test_each_persona_does_exactly_the_actions_it_may(personas, scene, persona, 
         if persona in allowed:
             assert response.status_code in (200, 302), action
             assert everything() != before, action
+            if not url.startswith("/admin/"):  # audited under the person who acted
+                assert Event.objects.filter(actor=persona).exists(), action
             continue
         assert everything() == before, action
         if persona == "anonymous" or (url.startswith("/admin/") and persona != "agent_admin"):
@@ -153,3 +158,19 @@ def test_a_resolve_posted_to_another_run_changes_nothing(personas, scene):
     assert response.status_code == 409
     assert everything() == before
     assert str(scene["blocked"].pk) not in response.content.decode()
+
+
+def test_it_creates_the_groups_with_their_permissions(db):
+    def codenames(name: str) -> set[str]:
+        return set(Group.objects.get(name=name).permissions.values_list("codename", flat=True))
+
+    view = {"view_run", "view_session", "view_operation", "view_interaction", "view_event"}
+    assert codenames("viewers") == view
+    assert codenames("approvers") == view | {"respond_run"}
+    assert codenames("reconcilers") == view | {"resolve_run"}
+    assert codenames("operators") == view | {
+        "respond_run",
+        "resolve_run",
+        "control_run",
+        "edit_arguments",
+    }
