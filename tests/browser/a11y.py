@@ -62,3 +62,10 @@ def page_overflow(page: Page) -> int:
             " - window.innerWidth"
         )
     )
+
+
+def shot_and_checked(person: Any, name: str) -> None:
+    """Screenshot what `person` sees as `name`, and fail on its serious axe violations."""
+    person.shot(name)
+    found = violations(person.page, person.watch)
+    assert found == [], (name, found)

@@ -217,6 +217,20 @@ ADMIN_PAGES = {
 }
 
 
+def test_the_login_page_is_accessible_and_fits_a_phone(desk, stack, chromium):
+    context = chromium.new_context(viewport=PHONE)
+    try:
+        page = context.new_page()
+        response = page.goto(stack.url("/accounts/login/"))
+        assert response is not None and response.status == 200
+        assert page_overflow(page) <= 0
+        assert violations(page) == []
+        page.set_viewport_size(DESKTOP)
+        assert violations(page) == []
+    finally:
+        context.close()
+
+
 def test_every_page_is_accessible_and_fits_a_phone(desk, people, stack):
     pages = _pages(desk, stack)
     alice = people(stack, "alice")
@@ -241,12 +255,21 @@ def test_every_page_is_accessible_and_fits_a_phone(desk, people, stack):
 
 
 def test_the_admin_pages_we_own_are_accessible(desk, people, stack):
+    # A run's record pages too: its run, an interaction and an event, read-only in the admin.
+    waiting = waiting_approval(desk, "Please refund $20 of order 1003.")
+    event = waiting.run.events.order_by("pk").first()
+    assert event is not None
+    records = {
+        "admin-run": f"/admin/agentops/run/{waiting.run_id}/change/",
+        "admin-interaction": f"/admin/agentops/interaction/{waiting.pk}/change/",
+        "admin-event": f"/admin/agentops/event/{event.pk}/change/",
+    }
     ada = people(stack, "ada")
     page = ada.page
     problems: list[str] = []
     for width, viewport in (("1440", DESKTOP), ("1280", {"width": 1280, "height": 900})):
         page.set_viewport_size(viewport)
-        for name, path in ADMIN_PAGES.items():
+        for name, path in {**ADMIN_PAGES, **records}.items():
             response = page.goto(path)
             assert response is not None and response.status == 200, (name, response)
             overflow = page_overflow(page)

@@ -16,6 +16,7 @@ import pytest
 from demo.models import Refund
 from runtime import respond
 from runtime.models import Event, Operation, OperationStatus, RunStatus
+from tests.browser.a11y import shot_and_checked
 from tests.browser.browsing import click_for_answer, inbox_row, text_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -69,7 +70,7 @@ def test_it_reconciles_an_uncertain_refund_with_the_receipt_the_lookup_finds(des
         "order_number": "1002",
         "receipt_id": refund.receipt_id,
     }
-    alice.shot("reconcile-lookup-found")
+    shot_and_checked(alice, "reconcile-lookup-found")  # a blocked state passes axe too
 
     # Leaving it blocked keeps it blocked.
     page.get_by_role("link", name="Leave it blocked").click()
@@ -79,7 +80,7 @@ def test_it_reconciles_an_uncertain_refund_with_the_receipt_the_lookup_finds(des
     assert op.operation_id in page.locator("#run-header").inner_text()
     run.refresh_from_db()
     assert (run.status, run.blocked_operation) == (RunStatus.NEEDS_ATTENTION, op.key)
-    alice.shot("left-blocked")
+    shot_and_checked(alice, "left-blocked")
 
     page.locator("#run-header").get_by_role("link", name="Reconcile").click()
     alice.wait_live()
