@@ -8,7 +8,7 @@ after that commit.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
@@ -539,27 +539,51 @@ def _not_blocked(run: Run, key: str) -> str:
 
 def retry_problem(run: Run) -> str | None:
     """Why `retry` would be refused for `run` now, or None if it would be accepted."""
-    if run.status == RunStatus.RETRY_WAIT:
-        return None
-    if run.status == RunStatus.FAILED:
-        later = (
-            Run.objects.filter(session_id=run.session_id, seq__gt=run.seq)
+    return retry_problems([run])[0]
+
+
+def retry_problems(runs: Sequence[Run]) -> list[str | None]:
+    """`retry_problem` of each run, in a number of queries that does not grow with the runs
+    (the version board previews a whole group): one for the sessions the failed runs are in,
+    one per (agent, version, fingerprint) for the blocked ones."""
+    failed = [run for run in runs if run.status == RunStatus.FAILED]
+    # session -> its newest run that was not cancelled: (seq, id).
+    newest: dict[Any, tuple[int, Any]] = {}
+    if failed:
+        rows = (
+            Run.objects.filter(session_id__in={run.session_id for run in failed})
             .exclude(status=RunStatus.CANCELLED)
-            .values_list("pk", flat=True)
-            .first()
+            .values_list("session_id", "seq", "pk")
         )
-        if later is not None:
-            return f"a later run ({later}) has advanced the session since this one failed"
-        return None
-    if run.status == RunStatus.NEEDS_ATTENTION:
-        if run.attention_reason == AttentionReason.UNCERTAIN_OPERATION:
-            return (
+        for session_id, seq, pk in rows:
+            if seq > newest.get(session_id, (0, None))[0]:
+                newest[session_id] = (seq, pk)
+    versions: dict[tuple[str, str, str], registry.VersionProblem | None] = {}
+    problems: list[str | None] = []
+    for run in runs:
+        if run.status == RunStatus.RETRY_WAIT:
+            problems.append(None)
+        elif run.status == RunStatus.FAILED:
+            seq, later = newest.get(run.session_id, (0, None))
+            problems.append(
+                f"a later run ({later}) has advanced the session since this one failed"
+                if seq > run.seq
+                else None
+            )
+        elif run.status != RunStatus.NEEDS_ATTENTION:
+            problems.append(f"a {run.status} run cannot be retried")
+        elif run.attention_reason == AttentionReason.UNCERTAIN_OPERATION:
+            problems.append(
                 f"blocked on {run.blocked_operation}, whose outcome is unknown: reconcile it "
                 "with the verified result, or cancel the run"
             )
-        problem = registry.version_problem(run.agent, run.version, run.fingerprint)
-        return f"still blocked: {problem.message}" if problem else None
-    return f"a {run.status} run cannot be retried"
+        else:
+            key = (run.agent, run.version, run.fingerprint)
+            if key not in versions:
+                versions[key] = registry.version_problem(*key)
+            problem = versions[key]
+            problems.append(f"still blocked: {problem.message}" if problem else None)
+    return problems
 
 
 def retry(run_id: Any, *, actor: str) -> Run:

@@ -153,7 +153,7 @@ class Group:
             differences([(self.problem.reason, self.problem.detail())]) if self.problem else []
         )
         # The preview of the retry: each run with the reason it would be refused, or None.
-        self.preview = [(run, control.retry_problem(run)) for run in self.runs]
+        self.preview = list(zip(self.runs, control.retry_problems(self.runs), strict=True))
         self.refused = [(run, problem) for run, problem in self.preview if problem]
         self.retryable = len(self.preview) - len(self.refused)
 
