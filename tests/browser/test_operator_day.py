@@ -231,6 +231,43 @@ def test_the_login_page_is_accessible_and_fits_a_phone(desk, stack, chromium):
         context.close()
 
 
+def test_the_refusal_pages_are_accessible_and_fit_a_phone(desk, people, stack, chromium):
+    """The 403 page a person without permissions gets, and the login lockout page."""
+    from django.contrib.auth.hashers import make_password
+    from django.contrib.auth.models import User
+
+    from tests.browser.browsing import PASSWORD
+
+    User.objects.create(username="olga", password=make_password(PASSWORD))
+    olga = people(stack, "olga")
+    problems: list[str] = []
+    for width, viewport in (("1440", DESKTOP), ("390", PHONE)):
+        olga.page.set_viewport_size(viewport)
+        response = olga.page.goto("/runs/")
+        assert response is not None and response.status == 403
+        problems += [f"403 at {width} px: {v}" for v in violations(olga.page, olga.watch)]
+        if page_overflow(olga.page) > 0:
+            problems.append(f"403 at {width} px is too wide")
+        olga.shot(f"forbidden-{width}")
+
+    context = chromium.new_context(viewport=PHONE)
+    try:
+        page = context.new_page()
+        for _ in range(6):  # one more than the lockout's limit
+            page.goto(stack.url("/accounts/login/"))
+            page.fill("#id_username", "mallory")
+            page.fill("#id_password", "not the password")
+            with page.expect_navigation():
+                page.click("button[type=submit]")
+        assert "logging in is refused" in page.content()
+        problems += [f"lockout: {v}" for v in violations(page)]
+        if page_overflow(page) > 0:
+            problems.append("lockout at 390 px is too wide")
+    finally:
+        context.close()
+    assert problems == [], "\n".join(problems)
+
+
 def test_every_page_is_accessible_and_fits_a_phone(desk, people, stack):
     pages = _pages(desk, stack)
     alice = people(stack, "alice")
