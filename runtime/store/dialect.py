@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, ClassVar, Literal
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -119,7 +120,7 @@ def dialect_of(db: BaseDatabaseWrapper) -> Dialect:
 
     found = {"postgresql": postgres.DIALECT, "sqlite": sqlite.DIALECT}.get(db.vendor)
     if found is None:
-        raise NotImplementedError(
+        raise ImproperlyConfigured(
             f"the runtime's store supports PostgreSQL and SQLite, not {db.vendor}"
         )
     return found
