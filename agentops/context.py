@@ -13,6 +13,14 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from agentops.models import OperatorProfile
+from runtime.models import (
+    AttentionReason,
+    InteractionKind,
+    InteractionStatus,
+    OperationKind,
+    OperationStatus,
+    RunStatus,
+)
 
 SESSION_KEY = "agentops_time_zone"
 
@@ -33,3 +41,23 @@ def operator(request: HttpRequest) -> dict[str, Any]:
     """The operator's time zone ("" for the browser's)."""
     session = getattr(request, "session", None)
     return {"operator_time_zone": session.get(SESSION_KEY, "") if session is not None else ""}
+
+
+# The runtime's words, so that templates compare with them instead of spelling them again.
+VOCABULARY: dict[str, Any] = {
+    "RunStatus": RunStatus,
+    "AttentionReason": AttentionReason,
+    "InteractionStatus": InteractionStatus,
+    "InteractionKind": InteractionKind,
+    "OperationStatus": OperationStatus,
+    "OperationKind": OperationKind,
+}
+
+
+def vocabulary(request: HttpRequest) -> dict[str, Any]:
+    """RunStatus, AttentionReason and the rest, for `{% if run.status == RunStatus.FAILED %}`.
+
+    Django's choices are never called by templates, so `RunStatus.FAILED` is the member itself;
+    live fragments render with a request too, so they see the same names.
+    """
+    return VOCABULARY
