@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime.models import Event, Interaction, Operation, Run
+from runtime.models import Event, EventKind, Interaction, Operation, Run
 from runtime.testing import run_until_idle
 from tests.api.conftest import Api, error_of
 
@@ -33,7 +33,7 @@ def test_approve_continues_the_run_as_the_account(world: Any, api: Api) -> None:
     assert response.status_code == 200
     assert response.json()["status"] == "answered"
     assert response.json()["responded_by"] == "api:ci"
-    event = Event.objects.get(run=run, kind="approval_granted")
+    event = Event.objects.get(run=run, kind=EventKind.APPROVAL_GRANTED)
     assert event.actor == "api:ci"
     assert run_until_idle(run.pk).status == "completed"
 
@@ -45,7 +45,7 @@ def test_q7_reject_with_a_reason_the_agent_sees(world: Any, api: Api) -> None:
         f"/interactions/{interaction.pk}/respond", {"approved": False, "reason": "over limit"}
     )
     assert response.status_code == 200
-    assert Event.objects.get(run=run, kind="approval_rejected").actor == "api:ci"
+    assert Event.objects.get(run=run, kind=EventKind.APPROVAL_REJECTED).actor == "api:ci"
     run_until_idle(run.pk)
     op = Operation.objects.get(run=run, key=interaction.operation_key)
     assert "over limit" in str(op.result)
@@ -56,7 +56,7 @@ def test_answer_a_question(world: Any, api: Api) -> None:
     interaction = world.pending(run)
     response = api.post(f"/interactions/{interaction.pk}/respond", {"answer": "order A1"})
     assert response.status_code == 200
-    assert Event.objects.get(run=run, kind="question_answered").data["response"] == {
+    assert Event.objects.get(run=run, kind=EventKind.QUESTION_ANSWERED).data["response"] == {
         "answer": "order A1"
     }
 
@@ -107,7 +107,7 @@ def test_r3_resolve_with_evidence_as_the_account(world: Any, api: Api) -> None:
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "completed"
     assert response.json()["operation_id"] == f"{run.pk}:{key}"
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["evidence"]) == ("api:ci", "payments: rcpt-9")
     again = api.post(f"/runs/{run.pk}/resolve", body)
     assert again.status_code == 409
@@ -127,7 +127,7 @@ def test_r4_resolve_a_call_that_did_not_happen(
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == status
     assert response.json()["is_error"] is is_error
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["outcome"]) == ("api:ci", outcome)
     assert Run.objects.get(pk=run.pk).status == "queued"
 
@@ -158,7 +158,7 @@ def test_r2_a_bad_resolve_is_refused_and_changes_nothing(
     assert error_of(response) == code
     run.refresh_from_db()
     assert run.status == "needs_attention"
-    assert not Event.objects.filter(run=run, kind="operation_resolved").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.OPERATION_RESOLVED).exists()
 
 
 def test_retry_a_failed_run_and_t2_never_a_manual_block(world: Any, api: Api) -> None:
@@ -166,7 +166,7 @@ def test_retry_a_failed_run_and_t2_never_a_manual_block(world: Any, api: Api) ->
     response = api.post(f"/runs/{failed.pk}/retry")
     assert response.status_code == 200
     assert response.json()["status"] == "queued"
-    assert Event.objects.get(run=failed, kind="retried").actor == "api:ci"
+    assert Event.objects.get(run=failed, kind=EventKind.RETRIED).actor == "api:ci"
     blocked = world.run("blocked")
     refused = api.post(f"/runs/{blocked.pk}/retry")
     assert refused.status_code == 409
@@ -179,7 +179,7 @@ def test_cancel_closes_the_pending_interaction(world: Any, api: Api) -> None:
     response = api.post(f"/runs/{run.pk}/cancel", {"reason": "duplicate ticket"})
     assert response.status_code == 200
     assert response.json()["status"] == "cancelled"
-    event = Event.objects.get(run=run, kind="cancelled")
+    event = Event.objects.get(run=run, kind=EventKind.CANCELLED)
     assert (event.actor, event.data["reason"]) == ("api:ci", "duplicate ticket")
     closed = api.post(
         f"/interactions/{Interaction.objects.get(run=run).pk}/respond", {"approved": True}

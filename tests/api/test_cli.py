@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentops.api.cli import main
-from runtime.models import Event, Interaction, Run
+from runtime.models import Event, EventKind, Interaction, Run
 from tests.api.conftest import make_account, make_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,7 +71,7 @@ def test_submit_with_an_idempotency_key(cli: Any) -> None:
     assert first[0] == again[0] == 0
     assert first[1] == again[1]
     assert Run.objects.count() == 1
-    assert Event.objects.get(kind="submitted").actor == "api:ops"
+    assert Event.objects.get(kind=EventKind.SUBMITTED).actor == "api:ops"
 
 
 def test_approve(cli: Any, world: Any) -> None:
@@ -104,7 +104,7 @@ def test_resolve_the_blocked_operation_with_evidence(cli: Any, world: Any) -> No
     )
     assert status == 0, out
     assert "completed: the run continues" in out
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["evidence"]) == ("api:ops", "ledger")
 
 
@@ -114,7 +114,7 @@ def test_resolve_a_call_that_did_not_happen(cli: Any, world: Any) -> None:
         "resolve", str(run.pk), "--did-not-happen", "tell-model", "--evidence", "none"
     )
     assert status == 0, out
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["outcome"]) == ("api:ops", "not_run_tell_model")
     status, _, err = cli("resolve", str(run.pk), "--evidence", "none")
     assert status == 2

@@ -9,7 +9,7 @@ import pytest
 
 from agentops.api.models import IdempotencyKey
 from runtime import clock
-from runtime.models import Event, Run, Session
+from runtime.models import Event, EventKind, Run, Session
 from tests.api.conftest import Api, error_of, make_account, make_token
 
 KEY = {"Idempotency-Key": "order-7-refund"}
@@ -21,7 +21,7 @@ def test_submit_starts_a_run_recorded_under_the_accounts_name(world: Any, api: A
     run = Run.objects.get(pk=response.json()["id"])
     assert (run.agent, run.input, run.status) == ("chatty", "hello", "queued")
     assert response.json()["session"] == str(run.session_id)
-    assert Event.objects.get(run=run, kind="submitted").actor == "api:ci"
+    assert Event.objects.get(run=run, kind=EventKind.SUBMITTED).actor == "api:ci"
 
 
 def test_submit_continues_a_session_and_refuses_a_busy_one(world: Any, api: Api) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.models import BulkJob, Event, Run
+from runtime.models import BulkJob, Event, EventKind, Run
 from tests.api.conftest import Api, error_of, make_token
 
 
@@ -18,7 +18,7 @@ def test_pause_and_resume_a_run_as_the_account(world: Any, api: Api) -> None:
         "queued",
         "api:ci",
     )
-    assert Event.objects.get(run=run, kind="paused").actor == "api:ci"
+    assert Event.objects.get(run=run, kind=EventKind.PAUSED).actor == "api:ci"
     response = api.post(f"/runs/{run.pk}/resume")
     assert (response.status_code, response.json()["status"]) == (200, "queued")
 
@@ -27,7 +27,7 @@ def test_pause_is_refused_for_a_finished_run_and_changes_nothing(world: Any, api
     run = world.run("completed")
     response = api.post(f"/runs/{run.pk}/pause", {})
     assert (response.status_code, error_of(response)) == (409, "invalid_transition")
-    assert not Event.objects.filter(run=run, kind="paused").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.PAUSED).exists()
 
 
 def test_pause_needs_its_scope(world: Any, api: Api, ci: Any) -> None:
@@ -55,7 +55,7 @@ def test_fork_preview_then_fork_with_the_acknowledgement(world: Any, api: Api) -
     forked = api.post(f"/runs/{run.pk}/fork", {"operation_key": key, "acknowledge": [key]})
     assert forked.status_code == 201
     assert (forked.json()["parent"], forked.json()["fork_point"]) == (str(run.pk), key)
-    assert Event.objects.get(run_id=forked.json()["id"], kind="forked").actor == "api:ci"
+    assert Event.objects.get(run_id=forked.json()["id"], kind=EventKind.FORKED).actor == "api:ci"
 
 
 def test_fork_with_arguments_that_fail_the_schema_is_refused(world: Any, api: Api) -> None:

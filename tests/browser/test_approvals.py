@@ -12,7 +12,7 @@ import json
 import pytest
 
 from demo.models import Refund
-from runtime.models import Event, Interaction, RunStatus
+from runtime.models import Event, EventKind, Interaction, RunStatus
 from tests.browser.browsing import click_for_answer, inbox_row, text_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -76,7 +76,9 @@ def test_it_approves_a_refund_from_the_live_inbox_and_refunds_once(desk, people,
     assert approved.locator(".actor").inner_text() == "alice"
     when = dt.datetime.fromisoformat(approved.locator(".when time").get_attribute("datetime"))
     assert abs(when - interaction.responded_at) < dt.timedelta(seconds=1)
-    assert Event.objects.filter(run=run, kind="approval_granted", actor="alice").count() == 1
+    assert (
+        Event.objects.filter(run=run, kind=EventKind.APPROVAL_GRANTED, actor="alice").count() == 1
+    )
 
 
 def test_it_rejects_with_a_reason_the_model_reads_and_refunds_nothing(desk, people, stack):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.models import Event, RunStatus
+from runtime.models import Event, EventKind, RunStatus
 from tests.browser.browsing import Shots, click_for_answer, inbox_row
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,5 +61,7 @@ def test_it_approves_a_refund_in_the_embedded_setup(embedded_desk, people, shots
     finished = desk.wait_status(run, RunStatus.COMPLETED)
     assert finished.output.startswith("Refunded $40.00 of order 1001, receipt re_")
     assert desk.refunds("1001") == 1
-    assert Event.objects.filter(run=run, kind="approval_granted", actor="alice").count() == 1
+    assert (
+        Event.objects.filter(run=run, kind=EventKind.APPROVAL_GRANTED, actor="alice").count() == 1
+    )
     assert inbox.locator("#run-timeline li.kind-approval-granted .actor").inner_text() == "alice"

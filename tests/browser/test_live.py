@@ -8,7 +8,7 @@ import time
 import pytest
 
 from runtime import respond
-from runtime.models import Event, RunStatus
+from runtime.models import Event, EventKind, RunStatus
 from tests.browser.browsing import inbox_row
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -30,7 +30,7 @@ def test_it_shows_new_work_within_a_second_and_catches_up_after_a_reconnect(desk
         run = desk.submit(message)
         inbox_row(inbox, "approvals", run).wait_for()
         seen = time.time()
-        requested = Event.objects.get(run=run, kind="tool_approval_requested")
+        requested = Event.objects.get(run=run, kind=EventKind.TOOL_APPROVAL_REQUESTED)
         delays.append(round(seen - requested.created_at.timestamp(), 3))
         runs.append(run)
     assert max(delays) < 1.0, f"approvals took {delays} s to show"

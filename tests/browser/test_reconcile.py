@@ -15,7 +15,7 @@ import pytest
 
 from demo.models import Refund
 from runtime import respond
-from runtime.models import Event, Operation, OperationStatus, RunStatus
+from runtime.models import Event, EventKind, Operation, OperationStatus, RunStatus
 from tests.browser.a11y import shot_and_checked
 from tests.browser.browsing import click_for_answer, inbox_row, text_of
 
@@ -96,7 +96,7 @@ def test_it_reconciles_an_uncertain_refund_with_the_receipt_the_lookup_finds(des
     finished = desk.wait_status(run, RunStatus.COMPLETED)
     assert finished.output == (f"Refunded $25.00 of order 1002, receipt {refund.receipt_id}.")
     assert desk.refunds() == 1  # nothing ran twice
-    resolved = Event.objects.get(run=run, kind="operation_resolved")
+    resolved = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (resolved.actor, resolved.data["evidence"]) == ("alice", evidence)
 
     page.goto(f"/runs/{run.pk}/")

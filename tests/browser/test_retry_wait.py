@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from runtime.models import Event, RunStatus
+from runtime.models import Event, EventKind, RunStatus
 from tests.browser.agents import RETRY_DELAY
 from tests.browser.browsing import click_for_answer, inbox_row, seconds_left
 
@@ -59,6 +59,8 @@ def test_it_counts_down_a_retry_wait_and_retries_now(desk, people, stack):
 
     finished = desk.wait_status(run, RunStatus.COMPLETED)
     assert finished.output.startswith("Order 1004 (Hiking boots) is delivered")
-    assert Event.objects.filter(run=run, kind="retried_now", actor="alice").count() == retries
+    assert (
+        Event.objects.filter(run=run, kind=EventKind.RETRIED_NOW, actor="alice").count() == retries
+    )
     # Long before the timer would have fired.
     assert (finished.finished_at - finished.created_at).total_seconds() < RETRY_DELAY

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from runtime import respond
-from runtime.models import AttentionReason, BulkJob, Event, Run, RunStatus, Session
+from runtime.models import AttentionReason, BulkJob, Event, EventKind, Run, RunStatus, Session
 from tests.browser.browsing import click_for_answer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -51,7 +51,7 @@ def test_a_fork_preview_warns_of_the_manual_refund_and_needs_its_acknowledgement
     child = Run.objects.get(parent=run)
     assert page.url.endswith(f"/runs/{child.pk}/")
     page.locator("#run-surgery", has_text="A fork of run").wait_for()
-    forked = Event.objects.get(run=child, kind="forked")
+    forked = Event.objects.get(run=child, kind=EventKind.FORKED)
     assert (forked.actor, forked.data["acknowledged"]) == ("alice", [refund_key])
     # The fork asks for the refund's approval again before anything is refunded twice.
     desk.wait_status(child, RunStatus.WAITING)

@@ -42,6 +42,7 @@ from runtime.llm.scripted import ScriptedModel
 from runtime.models import (
     AgentVersion,
     Event,
+    EventKind,
     Interaction,
     InteractionStatus,
     Operation,
@@ -166,7 +167,7 @@ def test_c7_a_crash_during_the_outcome_write_leaves_no_outcome(define, effects):
         recover(run.pk)
     op = Operation.objects.get(run=run, key=KEY)
     assert (op.status, op.result, op.outcome_at) == (OperationStatus.STARTED, None, None)
-    assert not Event.objects.filter(run=run, kind="outcome", operation_key=KEY).exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.OUTCOME, operation_key=KEY).exists()
 
 
 def test_c9_an_interrupted_model_request_runs_again_and_a_finished_one_never(define, effects):
@@ -208,7 +209,7 @@ def test_c10_a_handler_that_raises_is_an_outcome_the_model_sees(define, effects)
     assert json.loads(result["content"])["error"] == "card declined"
     op = Operation.objects.get(run=run, key=KEY)
     assert (op.status, op.attempts) == (OperationStatus.COMPLETED, 1)
-    assert not Event.objects.filter(run=run, kind="retry_scheduled").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.RETRY_SCHEDULED).exists()
 
 
 # --- operation ids and policies -------------------------------------------------------------------
@@ -305,7 +306,7 @@ def test_q4_the_same_response_again_is_harmless(define, effects):
     respond(interaction.pk, {"approved": True}, actor="bob")
     respond(interaction.pk, {"approved": True}, actor="carol")
     run_until_idle(run.pk)
-    assert Event.objects.filter(kind="approval_granted").count() == 1
+    assert Event.objects.filter(kind=EventKind.APPROVAL_GRANTED).count() == 1
     assert effects.total == 1
 
 
@@ -371,7 +372,7 @@ def test_r3_evidence_is_mandatory_and_kept_with_the_actor(define, effects):
         resolve(run.pk, KEY, {"receipt_id": "r"}, evidence="  ", actor="rita")
     assert snapshot(run) == before
     resolve(run.pk, KEY, {"receipt_id": "r"}, evidence="ledger line 12", actor="rita")
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["evidence"]) == ("rita", "ledger line 12")
 
 
@@ -440,7 +441,7 @@ def test_t7_tool_failures_and_the_step_budget_are_not_model_retries(define, effe
     run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
     assert run.status == RunStatus.FAILED
     assert "step budget" in run.error
-    assert not Event.objects.filter(run=run, kind="retry_scheduled").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.RETRY_SCHEDULED).exists()
     assert all(op.attempts == 1 for op in Operation.objects.filter(run=run))
 
 
@@ -498,7 +499,7 @@ def test_v6_registering_never_retries_anything_by_itself(define, effects):
         run_until_idle(run.pk)
     run.refresh_from_db()
     assert run.status == RunStatus.NEEDS_ATTENTION
-    assert not Event.objects.filter(run=run, kind="retried").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.RETRIED).exists()
 
 
 def test_v7_register_validates_the_whole_batch_and_never_replaces(db):
@@ -577,7 +578,9 @@ def test_e5_the_intent_is_committed_before_the_call_and_the_outcome_before_what_
     def observe(args: Amount, ctx: ToolContext) -> Receipt:
         """Look at the log while running."""
         op = Operation.objects.get(run_id=ctx.run_id, key=ctx.operation_key)
-        seen.append((op.status, Event.objects.filter(run_id=ctx.run_id, kind="intent").count()))
+        seen.append(
+            (op.status, Event.objects.filter(run_id=ctx.run_id, kind=EventKind.INTENT).count())
+        )
         return Receipt(receipt_id="r")
 
     agent = define(

@@ -28,6 +28,7 @@ from runtime.clock import frozen
 from runtime.models import (
     UNFINISHED_STATUSES,
     Event,
+    EventKind,
     Operation,
     OperationStatus,
     Run,
@@ -64,7 +65,7 @@ def test_t3_retry_is_refused_once_a_later_run_advanced_the_session(define):
         retry(first.pk, actor="ops")
     first.refresh_from_db()
     assert first.status == RunStatus.FAILED
-    assert not Event.objects.filter(run=first, kind="retried").exists()
+    assert not Event.objects.filter(run=first, kind=EventKind.RETRIED).exists()
 
 
 def test_t4_retry_of_a_failed_run_resets_model_attempts_and_keeps_completed_results(
@@ -105,7 +106,7 @@ def test_t6_retry_now_and_crashes_never_push_attempts_past_the_maximum(define):
         run = run_until_idle(run.pk)
     assert run.status == RunStatus.FAILED
     assert "after 3 attempts" in run.error
-    sent = Event.objects.filter(run=run, kind="intent", data__call="model").count()
+    sent = Event.objects.filter(run=run, kind=EventKind.INTENT, data__call="model").count()
     assert sent == 3
 
 
@@ -192,7 +193,7 @@ def test_r4_a_call_that_did_not_happen_runs_again_or_the_model_is_told(charger, 
     told = Operation.objects.get(run=other, key=KEY)
     assert (told.is_error, told.result["kind"]) == (True, "tool-not-run")
     assert "no charge" in told.result["error"]
-    decisions = Event.objects.filter(kind="operation_resolved").order_by("id")
+    decisions = Event.objects.filter(kind=EventKind.OPERATION_RESOLVED).order_by("id")
     assert [(e.actor, e.data["outcome"], e.data["evidence"]) for e in decisions] == [
         ("rita", "not_run_again", "no charge"),
         ("sam", "not_run_tell_model", "no charge"),

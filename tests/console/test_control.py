@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import submit
-from runtime.models import Event, Run, RunStatus
+from runtime.models import Event, EventKind, Run, RunStatus
 from tests.console.conftest import htmx
 
 
@@ -16,7 +16,7 @@ def test_it_retries_a_failed_run(world, as_user):
     assert response["Location"] == f"/runs/{run.pk}/"
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
-    assert Event.objects.get(run=run, kind="retried").actor == "operator"
+    assert Event.objects.get(run=run, kind=EventKind.RETRIED).actor == "operator"
 
 
 def test_it_retries_in_place_with_htmx(world, as_user):
@@ -45,7 +45,7 @@ def test_it_retries_a_waiting_retry_now(world, as_user):
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert run.next_attempt_at is None
-    assert Event.objects.get(run=run, kind="retried_now").actor == "operator"
+    assert Event.objects.get(run=run, kind=EventKind.RETRIED_NOW).actor == "operator"
 
 
 @pytest.mark.parametrize("headers", [{}, htmx()])
@@ -56,7 +56,7 @@ def test_it_refuses_to_retry_a_completed_run(world, as_user, headers):
     assert "a completed run cannot be retried" in response.content.decode()
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
-    assert not Event.objects.filter(run=run, kind="retried").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.RETRIED).exists()
 
 
 def test_it_refuses_to_retry_a_run_blocked_on_an_uncertain_operation(world, as_user):
@@ -85,7 +85,7 @@ def test_it_cancels_with_a_reason(world, as_user, headers):
     assert response.status_code == (200 if headers else 302)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
-    event = Event.objects.get(run=run, kind="cancelled")
+    event = Event.objects.get(run=run, kind=EventKind.CANCELLED)
     assert event.actor == "operator"
     assert event.data["reason"] == "customer withdrew"
 
@@ -103,7 +103,7 @@ def test_it_refuses_to_cancel_a_finished_run(world, as_user, headers):
     assert response.status_code == 409
     assert "only unfinished runs can be cancelled" in response.content.decode()
     assert Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED
-    assert not Event.objects.filter(run=run, kind="cancelled").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.CANCELLED).exists()
 
 
 def test_it_refuses_a_cancel_reason_with_a_nul_character(world, as_user):

@@ -20,7 +20,7 @@ from agentops import live
 from agentops.asgi import application
 from agentops.consumers import LiveConsumer
 from runtime import cancel, respond, retry
-from runtime.models import Event
+from runtime.models import Event, EventKind
 from tests.console.conftest import without_csrf
 from tests.support.redis_db import flush_redis
 
@@ -322,7 +322,7 @@ def test_it_publishes_ids_only_through_a_networked_layer_from_any_thread(world, 
 
     monkeypatch.setattr(live, "get_channel_layer", NetworkedLayer)
     run = world.run("waiting")
-    event = Event.objects.get(run=run, kind="tool_approval_requested")
+    event = Event.objects.get(run=run, kind=EventKind.TOOL_APPROVAL_REQUESTED)
     live.publish(event)
     assert done.wait(3)
     message = {

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runtime import cancel, resolve
-from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, OperationStatus, Run, RunStatus
 from tests.console.conftest import EFFECTS, htmx
 
 KEY = "step-1/tool/toolu_01_0"
@@ -25,7 +25,7 @@ def still_blocked(run: Run) -> bool:
         run.status == RunStatus.NEEDS_ATTENTION
         and run.blocked_operation == KEY
         and op.status == OperationStatus.STARTED
-        and not Event.objects.filter(run=run, kind="operation_resolved").exists()
+        and not Event.objects.filter(run=run, kind=EventKind.OPERATION_RESOLVED).exists()
     )
 
 
@@ -55,7 +55,7 @@ def test_it_confirms_what_the_external_system_reports(world, as_user):
     op = Operation.objects.get(run=run, key=KEY)
     assert op.status == OperationStatus.COMPLETED
     assert op.result == {"receipt_id": receipt}
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert event.actor == "reconciler"
     assert event.data["evidence"] == "receipt seen in the ledger"
     assert EFFECTS.total == 1  # nothing ran again
@@ -128,7 +128,7 @@ def test_it_tells_the_second_reconciler_who_settled_it(world, as_user):
     assert "was already resolved with a verified result by bob at" in html
     assert 'by <strong class="actor">bob</strong>' in html
     assert "Evidence: checked by bob" in html
-    assert Event.objects.filter(run=run, kind="operation_resolved").count() == 1
+    assert Event.objects.filter(run=run, kind=EventKind.OPERATION_RESOLVED).count() == 1
 
 
 def test_it_refuses_to_resolve_a_cancelled_run(world, as_user):
@@ -197,7 +197,7 @@ def test_r4_it_records_that_the_call_did_not_happen_to_run_it_again(world, as_us
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert Operation.objects.get(run=run, key=KEY).status == OperationStatus.NOT_RUN
-    event = Event.objects.get(run=run, kind="operation_resolved")
+    event = Event.objects.get(run=run, kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["outcome"]) == ("reconciler", "not_run_again")
     assert event.data["evidence"] == "no such charge in the ledger"
 
@@ -243,7 +243,7 @@ def test_r5_a_did_not_happen_after_a_resolve_names_who_resolved_it(world, as_use
     html = response.content.decode()
     assert "was already resolved with a verified result by bob at" in html
     assert Operation.objects.get(run=run, key=KEY).result == {"receipt_id": "r-9"}
-    assert Event.objects.filter(run=run, kind="operation_resolved").count() == 1
+    assert Event.objects.filter(run=run, kind=EventKind.OPERATION_RESOLVED).count() == 1
 
 
 def test_it_shows_a_lookup_that_fails_and_lets_the_operator_verify_elsewhere(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import cancel, respond
-from runtime.models import Event, Interaction, InteractionStatus, Run, RunStatus
+from runtime.models import Event, EventKind, Interaction, InteractionStatus, Run, RunStatus
 from tests.console.conftest import htmx
 
 
@@ -29,7 +29,7 @@ def test_it_approves_and_redirects_to_the_run(world, as_user):
     assert interaction.response == {"approved": True, "reason": ""}
     assert interaction.responded_by == "approver"
     assert Run.objects.get(pk=interaction.run_id).status == RunStatus.QUEUED
-    event = Event.objects.get(run_id=interaction.run_id, kind="approval_granted")
+    event = Event.objects.get(run_id=interaction.run_id, kind=EventKind.APPROVAL_GRANTED)
     assert event.actor == "approver"
 
 
@@ -61,7 +61,9 @@ def test_it_rejects_with_the_reason_the_model_will_see(world, as_user):
     assert response.status_code == 302
     interaction.refresh_from_db()
     assert interaction.response == {"approved": False, "reason": "Customer already refunded"}
-    assert Event.objects.filter(run_id=interaction.run_id, kind="approval_rejected").exists()
+    assert Event.objects.filter(
+        run_id=interaction.run_id, kind=EventKind.APPROVAL_REJECTED
+    ).exists()
 
 
 @pytest.mark.parametrize("headers", [{}, htmx()])
@@ -90,7 +92,7 @@ def test_it_answers_a_question(world, as_user, headers):
     assert response.status_code == (200 if headers else 302)
     interaction.refresh_from_db()
     assert interaction.response == {"answer": "Order A1"}
-    assert Event.objects.get(run_id=interaction.run_id, kind="question_answered").actor == (
+    assert Event.objects.get(run_id=interaction.run_id, kind=EventKind.QUESTION_ANSWERED).actor == (
         "approver"
     )
 
@@ -135,7 +137,10 @@ def test_it_takes_the_same_answer_twice_without_harm(world, as_user):
     response = as_user("approver").post(url(interaction), {"decision": "approve"}, **htmx())
     assert response.status_code == 200
     assert "Already answered by bob, the same way: nothing changed." in response.content.decode()
-    assert Event.objects.filter(run_id=interaction.run_id, kind="approval_granted").count() == 1
+    assert (
+        Event.objects.filter(run_id=interaction.run_id, kind=EventKind.APPROVAL_GRANTED).count()
+        == 1
+    )
 
 
 @pytest.mark.parametrize("headers", [{}, htmx()])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.models import BulkJob, Event, Run, RunStatus
+from runtime.models import BulkJob, Event, EventKind, Run, RunStatus
 from tests.console.conftest import htmx
 
 
@@ -18,7 +18,7 @@ def test_it_pauses_and_resumes_a_run_from_its_page(world, as_user):
     assert (response.status_code, response["Location"]) == (302, f"/runs/{run.pk}/")
     run.refresh_from_db()
     assert run.status == RunStatus.PAUSED
-    paused = Event.objects.get(run=run, kind="paused")
+    paused = Event.objects.get(run=run, kind=EventKind.PAUSED)
     assert (paused.actor, paused.data["reason"]) == ("operator", "checking the prompt")
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Paused</strong> by operator" in page
@@ -36,7 +36,7 @@ def test_it_refuses_to_pause_a_finished_run_in_place(world, as_user):
     response = as_user("operator").post(f"/runs/{run.pk}/pause/", **htmx())
     assert response.status_code == 409
     assert "only unfinished runs can be paused" in response.content.decode()
-    assert not Event.objects.filter(run=run, kind="paused").exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.PAUSED).exists()
 
 
 @pytest.mark.parametrize("persona", ["viewer", "approver"])

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentops.integrations import pump
 from runtime import cancel, clock, store
 from runtime.llm import Usage
-from runtime.models import Interaction, Operation, Run
+from runtime.models import EventKind, Interaction, Operation, Run
 from runtime.testing import expire_lease
 from tests.conftest import call, make_agent, say
 from tests.integrations.conftest import finish
@@ -111,7 +111,10 @@ def test_metrics_agree_with_the_database(define, approval_run, scrape):
     assert value(samples, "agentops_operation_duration_seconds_count", kind="model") == (
         model_ops.count()
     )
-    assert value(samples, "agentops_decision_seconds_count", kind="approval_granted", rule="") == 1
+    assert (
+        value(samples, "agentops_decision_seconds_count", kind=EventKind.APPROVAL_GRANTED, rule="")
+        == 1
+    )
     # claude-test has no price: its cost is unknown, never 0.
     assert value(samples, "agentops_model_price_unknown", model="claude-test") == 1
     assert (
@@ -208,7 +211,13 @@ def test_time_to_decision_is_labelled_with_the_approval_rule(approval_run, scrap
     finish(run, interaction)
     samples = scrape()
     counted = value(
-        samples, "agentops_decision_seconds_count", kind="approval_granted", rule="refund desk"
+        samples,
+        "agentops_decision_seconds_count",
+        kind=EventKind.APPROVAL_GRANTED,
+        rule="refund desk",
     )
     assert counted == 1
-    assert value(samples, "agentops_decision_seconds_count", kind="approval_granted", rule="") == 0
+    assert (
+        value(samples, "agentops_decision_seconds_count", kind=EventKind.APPROVAL_GRANTED, rule="")
+        == 0
+    )

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime import Agent, ModelRetry, ToolContext, ask_operator, tool
+from runtime.models import EventKind
 from tests.reliability.agents import (
     EFFECTS_ENV,
     PlanModel,
@@ -567,12 +568,14 @@ def check(soak: Soak) -> None:
     report.zombie_calls = len(frozen)
     awake = Records(spans=[span for span in records.spans if span not in frozen])
     problems.extend(overlapping_spans(awake))
-    report.takeovers = Event.objects.filter(run_id__in=soak.run_ids, kind="lease_expired").count()
+    report.takeovers = Event.objects.filter(
+        run_id__in=soak.run_ids, kind=EventKind.LEASE_EXPIRED
+    ).count()
     report.refused_writes = sum(
         w.count("lease lost, stopping without further writes") for w in soak.cluster.processes
     )
     report.orphans = Event.objects.filter(
-        run_id__in=soak.run_ids, kind="blocked", data__reason="uncertain_operation"
+        run_id__in=soak.run_ids, kind=EventKind.BLOCKED, data__reason="uncertain_operation"
     ).count()
 
     # Accepted approvals: applied exactly once when the call completed; a call left uncertain

@@ -17,6 +17,7 @@ from runtime.models import (
     ApprovalRule,
     ApprovalTimer,
     Event,
+    EventKind,
     Interaction,
     InteractionStatus,
     Run,
@@ -60,7 +61,7 @@ def test_quorum_racing_approvers_meet_it_exactly_once_and_the_call_runs_once(def
         )
         assert all(won(o) for o in outcomes), outcomes
     for run in runs:
-        granted = Event.objects.filter(run=run, kind="approval_granted")
+        granted = Event.objects.filter(run=run, kind=EventKind.APPROVAL_GRANTED)
         assert granted.count() == 1
         approvers = granted.get().data["approvers"]
         assert len(approvers) == 2 and approvers[0] == "ann"
@@ -85,9 +86,9 @@ def test_quorum_pairs_approving_at_once_from_nothing(define, effects):
         )
         interaction.refresh_from_db()
         assert interaction.status == InteractionStatus.ANSWERED
-        assert Event.objects.filter(run=run, kind="approval_granted").count() == 1
+        assert Event.objects.filter(run=run, kind=EventKind.APPROVAL_GRANTED).count() == 1
         # Exactly one of the three did not count: it came after the quorum was met.
-        assert Event.objects.filter(run=run, kind="approval_counted").count() == 1
+        assert Event.objects.filter(run=run, kind=EventKind.APPROVAL_COUNTED).count() == 1
     for run in runs:
         run_until_idle(run.pk)
     assert effects.total == PAIRS
@@ -111,7 +112,7 @@ def test_claims_racing_one_person_wins_the_others_are_told_who(define):
         losers = [o for o in outcomes if not won(o)]
         assert all(isinstance(o, AgentOpsError) and o.code == "claim_conflict" for o in losers)
         assert all(f"{winners[0]} is on it" in o.message for o in losers)
-        assert Event.objects.filter(run=run, kind="item_claimed").count() == 1
+        assert Event.objects.filter(run=run, kind=EventKind.ITEM_CLAIMED).count() == 1
 
 
 def test_sweeps_racing_fire_each_timer_once(define):
@@ -127,8 +128,8 @@ def test_sweeps_racing_fire_each_timer_once(define):
     fired = at_once([work.fire_due_timers for _ in range(4)])
     assert sum(fired) == 40  # a warning and an expiry for each
     for run in runs:
-        assert Event.objects.filter(run=run, kind="approval_expired").count() == 1
-        assert Event.objects.filter(run=run, kind="approval_expiring").count() == 1
+        assert Event.objects.filter(run=run, kind=EventKind.APPROVAL_EXPIRED).count() == 1
+        assert Event.objects.filter(run=run, kind=EventKind.APPROVAL_EXPIRING).count() == 1
         assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
 
 
@@ -164,7 +165,7 @@ def test_expiry_fires_once_with_two_workers_across_restarts(cluster, agent, obse
     cluster.worker("w3")
 
     def expired() -> bool:
-        return Event.objects.filter(kind="approval_expired").count() >= len(runs)
+        return Event.objects.filter(kind=EventKind.APPROVAL_EXPIRED).count() >= len(runs)
 
     wait_until(expired, timeout=60, what="every approval to expire")
     wait_until(
@@ -173,7 +174,7 @@ def test_expiry_fires_once_with_two_workers_across_restarts(cluster, agent, obse
         what="every rejected run to finish",
     )
     per_run = Counter(
-        Event.objects.filter(kind="approval_expired").values_list("run_id", flat=True)
+        Event.objects.filter(kind=EventKind.APPROVAL_EXPIRED).values_list("run_id", flat=True)
     )
     assert set(per_run.values()) == {1}
     assert len(per_run) == len(runs)

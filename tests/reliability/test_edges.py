@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from runtime import cancel, register, submit
-from runtime.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import (
+    AttentionReason,
+    Event,
+    EventKind,
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+)
 from tests.reliability.agents import one_call
 from tests.reliability.harness import Cluster
 from tests.support.processes import wait_until
@@ -88,7 +96,7 @@ def test_c13_c14_a_worker_that_dies_every_time_stops_after_the_budget(
     assert records.effects[operation_id] == (3 if window == "in_handler" else 0)
     if reason == AttentionReason.ATTEMPTS_EXHAUSTED:
         assert run.blocked_operation == KEY
-    claimed = Event.objects.filter(run=run, kind="claimed").count()
+    claimed = Event.objects.filter(run=run, kind=EventKind.CLAIMED).count()
     observe(
         f"window={window} crash-loop claims={claims}: workers killed={kills} claims={claimed} "
         f"attempts of lookup={op.attempts} effects={records.effects[operation_id]} "
@@ -121,7 +129,7 @@ def test_e4_a_cancel_stops_a_long_handler_in_a_real_worker(edge_cluster, agent, 
     assert run.status == RunStatus.CANCELLED
     op = Operation.objects.get(run=run, key=KEY)
     assert op.status == OperationStatus.STARTED  # nothing written after the cancel
-    assert not Event.objects.filter(run=run, kind="outcome", operation_key=KEY).exists()
+    assert not Event.objects.filter(run=run, kind=EventKind.OUTCOME, operation_key=KEY).exists()
     assert "lease lost" in worker.text()
     observe(
         f"cancel reached a 60 s handler after {polls} polls ({polls * 0.1:.1f} s of work): "

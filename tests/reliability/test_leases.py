@@ -14,7 +14,7 @@ import pytest
 from django.db import DatabaseError, transaction
 
 from runtime import submit
-from runtime.models import Event, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, Run, RunStatus
 from tests.reliability.agents import one_call, plan
 from tests.reliability.harness import LEASE_SECONDS, Cluster, holds, overlapping_spans, settled
 from tests.support.processes import Process, wait_until
@@ -59,7 +59,7 @@ def test_it_advances_a_run_delivered_to_many_workers_at_once_exactly_once(
         assert problems == []
         expected_claims = 4 if run_id in retried else 1
         assert len(run_holds) == expected_claims
-        assert not Event.objects.filter(run_id=run_id, kind="lease_expired").exists()
+        assert not Event.objects.filter(run_id=run_id, kind=EventKind.LEASE_EXPIRED).exists()
         advanced, idle = cluster.deliveries(run_id)
         assert advanced == expected_claims
         assert advanced + idle >= copies.get(run_id, 4)
@@ -97,7 +97,7 @@ def test_e3_the_heartbeat_keeps_the_lease_of_a_long_tool_call(
     assert problems == []
     records = cluster.records()
     assert records.total_effects == 1  # the service deduplicates the repeated call
-    takeovers = Event.objects.filter(run=run, kind="lease_expired").count()
+    takeovers = Event.objects.filter(run=run, kind=EventKind.LEASE_EXPIRED).count()
     if heartbeat:
         assert takeovers == 0
         assert [h.ended_by for h in run_holds] == ["completed"]
@@ -182,7 +182,7 @@ def _paused_worker_scenario(cluster: Cluster, agent, *, fence: bool) -> dict[str
         "new_events": len(after[2]) - len(finished[2]),
         "refusals": paused.count(f"run {run.pk}: lease lost"),
         "paused_pid": paused.pid,
-        "takeovers": Event.objects.filter(run=run, kind="lease_expired").count(),
+        "takeovers": Event.objects.filter(run=run, kind=EventKind.LEASE_EXPIRED).count(),
         "problems": holds(run.pk)[1],
     }
 

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from runtime import engine, store, submit
-from runtime.models import Event, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, Run, RunStatus
 from runtime.testing import expire_lease
 from tests.reliability.agents import EFFECTS_ENV, RETRY_DELAY, one_call, plan
 from tests.reliability.harness import SWEEP_SECONDS, Cluster, holds, settled
@@ -41,7 +41,7 @@ def test_retry_timers_fire_exactly_once_after_every_worker_was_killed(
     )
     due = {
         run.pk: dt.datetime.fromisoformat(
-            Event.objects.get(run=run, kind="retry_scheduled").data["next_attempt_at"]
+            Event.objects.get(run=run, kind=EventKind.RETRY_SCHEDULED).data["next_attempt_at"]
         )
         for run in runs
     }
@@ -64,8 +64,8 @@ def test_retry_timers_fire_exactly_once_after_every_worker_was_killed(
     for run in runs:
         run.refresh_from_db()
         assert run.status == RunStatus.COMPLETED
-        scheduled = Event.objects.get(run=run, kind="retry_scheduled")
-        fired = Event.objects.filter(run=run, kind="claimed", id__gt=scheduled.id)
+        scheduled = Event.objects.get(run=run, kind=EventKind.RETRY_SCHEDULED)
+        fired = Event.objects.filter(run=run, kind=EventKind.CLAIMED, id__gt=scheduled.id)
         assert fired.count() == 1  # exactly once, whoever swept it
         late = (fired.get().created_at - due[run.pk]).total_seconds()
         assert 0 <= late <= SWEEP_SECONDS + DELIVERY_SLACK
@@ -126,5 +126,5 @@ def test_a_starting_worker_resumes_every_unfinished_run(
     }
     assert Run.objects.get(pk=waiting.pk).status == RunStatus.WAITING  # needs a person
     assert "worker start: handed 3 run(s)" in worker.text()
-    assert Event.objects.filter(run_id=expired.pk, kind="lease_expired").count() == 1
+    assert Event.objects.filter(run_id=expired.pk, kind=EventKind.LEASE_EXPIRED).count() == 1
     observe("worker start: resumed 3 runs (queued, expired lease, due timer); left 1 waiting")

@@ -25,6 +25,7 @@ from runtime.models import (
     BulkJobItem,
     BulkJobStatus,
     Event,
+    EventKind,
     Interaction,
     Operation,
     Run,
@@ -58,14 +59,16 @@ def _wait_status(run_id: Any, status: str, timeout: float = 30) -> None:
 
 def _wait_intent(run_id: Any, key: str) -> None:
     wait_until(
-        lambda: Event.objects.filter(run_id=run_id, kind="intent", operation_key=key).exists(),
+        lambda: Event.objects.filter(
+            run_id=run_id, kind=EventKind.INTENT, operation_key=key
+        ).exists(),
         timeout=30,
         what=f"the intent of {key}",
     )
 
 
 def _claims(run_id: Any) -> int:
-    return Event.objects.filter(run_id=run_id, kind="claimed").count()
+    return Event.objects.filter(run_id=run_id, kind=EventKind.CLAIMED).count()
 
 
 def _stays_paused(run_id: Any) -> None:
@@ -144,7 +147,7 @@ def test_a_paused_runs_timer_waits_for_resume(cluster, agent, observe):
     resumed = timezone.now()
     resume(run.pk, actor="alice")
     _wait_status(run.pk, RunStatus.COMPLETED)
-    fired = Event.objects.filter(run=run, kind="claimed", created_at__gte=resumed)
+    fired = Event.objects.filter(run=run, kind=EventKind.CLAIMED, created_at__gte=resumed)
     assert fired.count() == 1
     assert Operation.objects.get(run=run, key="step-1/model").attempts == 2
     observe(f"retry timer due {RETRY_DELAY:g}s later held while paused, fired once after resume")
@@ -254,7 +257,7 @@ def test_a_bulk_job_over_10000_runs_touches_each_once_through_a_killed_worker(
     assert (job.touched, job.skipped) == (items["touched"], items["skipped"])
     # Exactly once: one `paused` event by the job per touched run, none for a skipped one.
     by_job = (
-        Event.objects.filter(kind="paused", actor="ops", run__agent="ghost")
+        Event.objects.filter(kind=EventKind.PAUSED, actor="ops", run__agent="ghost")
         .values("run_id")
         .annotate(n=Count("id"))
     )
@@ -275,7 +278,7 @@ def test_a_bulk_job_over_10000_runs_touches_each_once_through_a_killed_worker(
         .exclude(Q(status=RunStatus.PAUSED) | Q(status=RunStatus.CANCELLED))
         .exists()
     )
-    assert Event.objects.filter(kind="bulk_job_submitted").count() == 1
+    assert Event.objects.filter(kind=EventKind.BULK_JOB_SUBMITTED).count() == 1
     observe(
         f"bulk pause over {RUNS} runs: worker killed after {killed_at} marked, a second "
         f"worker finished; touched={job.touched} skipped={job.skipped} (operators acted on "

@@ -25,6 +25,7 @@ from runtime.models import (
     ApprovalVote,
     AttentionReason,
     Event,
+    EventKind,
     Interaction,
     InteractionStatus,
     Operation,
@@ -76,7 +77,7 @@ def test_a_rule_makes_a_call_over_its_threshold_wait_and_says_why(define, groups
     item = interaction.work
     assert item.policy["rule"] == "charge rule"
     assert "amount_cents > 1000" in item.policy["why"]
-    applied = Event.objects.get(run=run, kind="approval_rule_applied")
+    applied = Event.objects.get(run=run, kind=EventKind.APPROVAL_RULE_APPLIED)
     assert applied.data["rule"] == "charge rule"
     assert effects.total == 0
 
@@ -190,15 +191,15 @@ def test_a_quorum_of_two_runs_the_call_once_the_second_approves(define, groups, 
     approve(interaction, "ann")
     interaction.refresh_from_db()
     assert interaction.status == InteractionStatus.PENDING
-    counted = Event.objects.get(run=run, kind="approval_counted")
+    counted = Event.objects.get(run=run, kind=EventKind.APPROVAL_COUNTED)
     assert counted.data["approvers"] == ["ann"]
     assert counted.data["quorum"] == 2
     approve(interaction, "ann")  # the same approval again: harmless, counted once
-    assert Event.objects.filter(kind="approval_counted").count() == 1
+    assert Event.objects.filter(kind=EventKind.APPROVAL_COUNTED).count() == 1
     assert work.work_item(interaction) is not None
     assert run_until_idle(run.pk).status == RunStatus.WAITING
     approve(interaction, "ben")
-    granted = Event.objects.get(run=run, kind="approval_granted")
+    granted = Event.objects.get(run=run, kind=EventKind.APPROVAL_GRANTED)
     assert granted.data["approvers"] == ["ann", "ben"]
     run = run_until_idle(run.pk)
     assert run.status == RunStatus.COMPLETED
@@ -268,13 +269,13 @@ def test_expiry_rejects_once_with_the_rule_s_reason(define, groups, effects):
         run, interaction = waiting(define)
         clock.advance(599)
         assert work.fire_due_timers() == 1  # the warning, halfway or 15 min before
-        assert Event.objects.filter(kind="approval_expiring").count() == 1
+        assert Event.objects.filter(kind=EventKind.APPROVAL_EXPIRING).count() == 1
         clock.advance(1)
         with pytest.raises(ApprovalRefused, match="expired at"):
             approve(interaction, "ann")
         assert work.fire_due_timers() == 1
         assert work.fire_due_timers() == 0
-    expired = Event.objects.get(run=run, kind="approval_expired")
+    expired = Event.objects.get(run=run, kind=EventKind.APPROVAL_EXPIRED)
     assert expired.actor == "runtime"
     assert expired.data["outcome"] == "reject"
     run = run_until_idle(run.pk)
@@ -296,7 +297,7 @@ def test_escalation_flags_the_item_and_lets_the_escalation_group_decide(define, 
         assert work.fire_due_timers() == 0
         item = WorkItem.objects.get(pk=interaction.pk)
         assert item.flagged and item.escalated_at is not None
-        escalated = Event.objects.get(run=run, kind="approval_escalated")
+        escalated = Event.objects.get(run=run, kind=EventKind.APPROVAL_ESCALATED)
         assert escalated.data["group"] == "leads"
         approve(interaction, "lee")
     assert run_until_idle(run.pk).status == RunStatus.COMPLETED
@@ -312,7 +313,10 @@ def test_keep_waiting_flags_the_item_and_waits(define, groups):
         approve(interaction, "ann")  # still allowed: it keeps waiting
     item = WorkItem.objects.get(pk=interaction.pk)
     assert item.flagged and item.expired_at is not None
-    assert Event.objects.get(run=run, kind="approval_expired").data["outcome"] == "keep_waiting"
+    assert (
+        Event.objects.get(run=run, kind=EventKind.APPROVAL_EXPIRED).data["outcome"]
+        == "keep_waiting"
+    )
 
 
 def test_a_timer_of_a_decided_item_fires_without_effect(define, groups):
@@ -402,7 +406,7 @@ def test_an_edit_runs_and_the_model_is_told_exactly_what_changed(define, groups,
     rule(condition=OVER_1000)
     run, interaction = waiting(define)
     work.edit(interaction.pk, {**BIG, "amount_cents": 3000}, actor="ann")
-    edited = Event.objects.get(run=run, kind="arguments_edited")
+    edited = Event.objects.get(run=run, kind=EventKind.ARGUMENTS_EDITED)
     assert edited.data["changed"] == {"amount_cents": {"proposed": 5000, "approved": 3000}}
     approve(interaction, "ben")
     run = run_until_idle(run.pk)

@@ -15,7 +15,7 @@ from runtime import (
     respond,
     submit,
 )
-from runtime.models import Event, Interaction, InteractionStatus, Operation, RunStatus
+from runtime.models import Event, EventKind, Interaction, InteractionStatus, Operation, RunStatus
 from runtime.testing import recover, run_until_idle
 from tests.conftest import call, make_agent, one_call, say
 
@@ -41,7 +41,7 @@ def test_it_runs_the_tool_once_approved(define, effects):
     run = run_until_idle(run.pk)
     assert run.status == RunStatus.COMPLETED
     assert effects.total == 1
-    granted = Event.objects.get(run=run, kind="approval_granted")
+    granted = Event.objects.get(run=run, kind=EventKind.APPROVAL_GRANTED)
     assert granted.actor == "bob"
 
 
@@ -70,7 +70,7 @@ def test_it_treats_the_same_answer_twice_as_harmless(define, effects):
     respond(interaction.pk, {"approved": True}, actor="bob")
     again = respond(interaction.pk, {"approved": True}, actor="carol")
     assert again.responded_by == "bob"
-    assert Event.objects.filter(kind="approval_granted").count() == 1
+    assert Event.objects.filter(kind=EventKind.APPROVAL_GRANTED).count() == 1
     run_until_idle(run.pk)
     assert effects.total == 1
 
@@ -105,7 +105,7 @@ def test_it_answers_a_question_with_the_operators_words(define):
     run = run_until_idle(run.pk)
     assert run.status == RunStatus.COMPLETED
     assert json.loads(run.transcript[2]["content"][0]["content"]) == {"answer": "A1"}
-    assert Event.objects.get(kind="question_answered").actor == "bob"
+    assert Event.objects.get(kind=EventKind.QUESTION_ANSWERED).actor == "bob"
 
 
 @pytest.mark.parametrize(

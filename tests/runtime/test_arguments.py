@@ -9,7 +9,7 @@ import pytest
 
 from runtime import InvalidInput, cancel, resolve, respond, retry, submit
 from runtime.control import retry_many
-from runtime.models import Event, Interaction, Operation, Run, Session
+from runtime.models import Event, EventKind, Interaction, Operation, Run, Session
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import make_agent, one_call
 
@@ -112,7 +112,7 @@ def test_every_verb_records_a_150_character_actor_exactly(runs):
 
 def test_an_actor_is_stripped_of_surrounding_spaces(runs):
     retry(runs.failed.pk, actor="  ops  ")
-    assert Event.objects.get(run=runs.failed, kind="retried").actor == "ops"
+    assert Event.objects.get(run=runs.failed, kind=EventKind.RETRIED).actor == "ops"
 
 
 @pytest.mark.parametrize("reason", [None, 3, {"why": "x"}, "a\x00", "\udfff", "x" * 4001], ids=repr)

@@ -16,6 +16,7 @@ from runtime.models import (
     BulkJobItem,
     BulkJobStatus,
     Event,
+    EventKind,
     Run,
     RunStatus,
 )
@@ -62,11 +63,11 @@ def test_a_job_touches_every_matching_run_once_in_batches_with_an_audit_entry_ea
     for run in queued:
         run.refresh_from_db()
         assert run.status == RunStatus.PAUSED
-        paused = Event.objects.get(run=run, kind="paused")
+        paused = Event.objects.get(run=run, kind=EventKind.PAUSED)
         assert paused.actor == "bob"
         assert paused.data["reason"] == f"bulk job {job.pk}: outage"
     assert all(Run.objects.get(pk=r.pk).status == RunStatus.COMPLETED for r in done)
-    submitted = Event.objects.get(run=None, kind="bulk_job_submitted")
+    submitted = Event.objects.get(run=None, kind=EventKind.BULK_JOB_SUBMITTED)
     assert (submitted.actor, submitted.data["job"], submitted.data["total"]) == (
         "bob",
         str(job.pk),
@@ -81,7 +82,7 @@ def test_submitting_the_same_key_twice_starts_one_job(define):
     assert again.pk == first.pk
     assert BulkJob.objects.count() == 1
     assert BulkJobItem.objects.count() == 3
-    assert Event.objects.filter(kind="bulk_job_submitted").count() == 1
+    assert Event.objects.filter(kind=EventKind.BULK_JOB_SUBMITTED).count() == 1
 
 
 def test_a_run_an_operator_changed_meanwhile_is_skipped_with_the_reason(define):
@@ -94,7 +95,7 @@ def test_a_run_an_operator_changed_meanwhile_is_skipped_with_the_reason(define):
     skipped = BulkJobItem.objects.get(job=job, status=BulkItemStatus.SKIPPED)
     assert skipped.run_id == queued[0].pk
     assert "cancelled" in skipped.detail
-    assert not Event.objects.filter(run=queued[0], kind="paused").exists()
+    assert not Event.objects.filter(run=queued[0], kind=EventKind.PAUSED).exists()
 
 
 def test_a_stopped_job_takes_no_further_item(define):
@@ -108,7 +109,7 @@ def test_a_stopped_job_takes_no_further_item(define):
     assert Run.objects.filter(status=RunStatus.QUEUED).count() == 2
     with pytest.raises(InvalidTransition, match="stopped"):
         bulk.stop(job.pk, actor="carol")
-    assert Event.objects.filter(run=None, kind="bulk_job_stopped").count() == 1
+    assert Event.objects.filter(run=None, kind=EventKind.BULK_JOB_STOPPED).count() == 1
 
 
 def test_a_worker_that_does_not_hold_the_job_does_nothing(define):

@@ -10,6 +10,7 @@ from runtime import Agent, ask_operator, faults, retry, store, submit, tool
 from runtime.models import (
     AttentionReason,
     Event,
+    EventKind,
     Operation,
     OperationStatus,
     Run,
@@ -64,7 +65,7 @@ def test_c13_an_exception_outside_any_handler_never_leaves_the_run_running(
     assert run.attention_detail["claims"] == 3
     assert "ValueError: approval rules unavailable" in run.attention_detail["message"]
     assert SECRET not in str(run.attention_detail)
-    assert Event.objects.filter(run=run, kind="claimed").count() == 3
+    assert Event.objects.filter(run=run, kind=EventKind.CLAIMED).count() == 3
     assert "could not record the crash" not in caplog.text  # every crash was recorded
 
 
@@ -73,7 +74,7 @@ def test_c13_the_number_of_claims_is_a_setting(define, settings):
     agent = define(_raising_agent())
     run = run_until_idle(submit(agent.name, "refund A1", actor="alice").pk)
     assert run.attention_reason == AttentionReason.CRASH_LOOP
-    assert Event.objects.filter(run=run, kind="claimed").count() == 5
+    assert Event.objects.filter(run=run, kind=EventKind.CLAIMED).count() == 5
 
 
 def test_c13_a_database_error_at_a_checkpoint_counts_as_a_crash(define, effects):
@@ -171,7 +172,7 @@ def test_r4_an_operation_verified_as_not_run_runs_again_with_the_same_id(define,
     assert op.status == OperationStatus.COMPLETED
     assert op.attempts == 2
     assert effects.effects == {f"{run.pk}:{key}": 1}  # once, under the same operation id
-    rerun = Event.objects.filter(run=run, kind="intent", operation_key=key).last()
+    rerun = Event.objects.filter(run=run, kind=EventKind.INTENT, operation_key=key).last()
     assert rerun.data["rerun"] == "an operator verified that it did not run"
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runtime import submit
-from runtime.models import Operation, OperationStatus, RunStatus
+from runtime.models import EventKind, Operation, OperationStatus, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover
 from tests.conftest import make_agent, one_call
 
@@ -51,7 +51,7 @@ def test_it_blocks_a_manual_call_with_an_unknown_outcome(define, effects, window
     assert effects.total == (1 if window in EFFECT_LANDED else 0)
     assert max(effects.effects.values(), default=0) <= 1
     assert Operation.objects.get(run=run, key=KEY).status == OperationStatus.STARTED
-    assert run.events.filter(kind="blocked", operation_key=KEY).count() == 1
+    assert run.events.filter(kind=EventKind.BLOCKED, operation_key=KEY).count() == 1
 
 
 @pytest.mark.parametrize(
@@ -126,4 +126,4 @@ def test_it_keeps_the_outcome_write_atomic(define, effects):
     op = Operation.objects.get(run=run, key=KEY)
     assert op.status == OperationStatus.STARTED
     assert op.result is None
-    assert not run.events.filter(kind="outcome", operation_key=KEY).exists()
+    assert not run.events.filter(kind=EventKind.OUTCOME, operation_key=KEY).exists()

@@ -16,7 +16,7 @@ from runtime import (
     submit,
 )
 from runtime.llm.scripted import call, say
-from runtime.models import Event, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, Run, RunStatus
 from runtime.surgery import messages_at
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import ARGS, make_agent
@@ -40,7 +40,7 @@ def _two_calls(first: str, second: str) -> list[Any]:
 def _executed(run_id: Any) -> list[str]:
     """The calls a run made itself, in order: its intents."""
     return list(
-        Event.objects.filter(run_id=run_id, kind="intent")
+        Event.objects.filter(run_id=run_id, kind=EventKind.INTENT)
         .order_by("id")
         .values_list("operation_key", flat=True)
     )
@@ -81,10 +81,10 @@ def test_a_fork_records_its_parent_and_both_histories_link_each_other(define, ef
     assert (child.parent_id, child.fork_point) == (run.pk, "step-1/tool/toolu_01_1")
     assert child.session_id != run.session_id
     assert list(run.forks.all()) == [child]
-    forked = Event.objects.get(run=child, kind="forked")
+    forked = Event.objects.get(run=child, kind=EventKind.FORKED)
     assert forked.actor == "bob"
     assert forked.data["parent"] == str(run.pk)
-    assert Event.objects.get(run=run, kind="fork_created").data["fork"] == str(child.pk)
+    assert Event.objects.get(run=run, kind=EventKind.FORK_CREATED).data["fork"] == str(child.pk)
     # Reused outcomes cost nothing again.
     reused = Operation.objects.get(run=child, key="step-1/tool/toolu_01_0")
     assert reused.usage is None
@@ -105,7 +105,7 @@ def test_a_manual_call_made_again_needs_its_acknowledgement(define, effects):
         run.pk, "step-1/tool/toolu_01_0", actor="bob", acknowledge=["step-1/tool/toolu_01_1"]
     )
     assert run_until_idle(child.pk).status == RunStatus.COMPLETED
-    assert Event.objects.get(run=child, kind="forked").data["acknowledged"] == [
+    assert Event.objects.get(run=child, kind=EventKind.FORKED).data["acknowledged"] == [
         "step-1/tool/toolu_01_1"
     ]
 

@@ -9,7 +9,7 @@ from django.db import connection
 
 from runtime import LeaseLost, store, submit
 from runtime.engine import advance
-from runtime.models import Event, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, Run, RunStatus
 from runtime.testing import expire_lease
 from tests.conftest import make_agent, one_call, say
 
@@ -20,7 +20,7 @@ def test_a_claim_lands_once(define):
     first = store.claim(run.pk, "w1")
     assert first is not None and first.fence == 1
     assert store.claim(run.pk, "w2") is None
-    assert Event.objects.filter(kind="claimed").count() == 1
+    assert Event.objects.filter(kind=EventKind.CLAIMED).count() == 1
 
 
 def test_a_delivery_for_a_finished_run_writes_nothing(define):
@@ -55,7 +55,7 @@ def test_a_taken_over_worker_can_commit_nothing(define, effects):
     assert not Operation.objects.exists()
     run.refresh_from_db()
     assert (run.status, run.lease_owner, run.output) == (RunStatus.RUNNING, "new", "")
-    assert Event.objects.filter(kind="lease_expired").get().data["previous_owner"] == "old"
+    assert Event.objects.filter(kind=EventKind.LEASE_EXPIRED).get().data["previous_owner"] == "old"
 
 
 @pytest.mark.postgres

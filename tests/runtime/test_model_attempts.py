@@ -9,7 +9,7 @@ import pytest
 
 from runtime import ModelError, ModelRetry, submit
 from runtime.clock import frozen
-from runtime.models import ErrorKind, Event, Operation, RunStatus
+from runtime.models import ErrorKind, Event, EventKind, Operation, RunStatus
 from runtime.testing import (
     SimulatedCrash,
     crash_at,
@@ -97,7 +97,7 @@ def test_t9_the_error_kind_is_cleared_once_the_run_moves_on(define):
     with frozen(T0) as clock:
         run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
         assert (run.status, run.error_kind) == (RunStatus.RETRY_WAIT, ErrorKind.TRANSIENT)
-        scheduled = Event.objects.get(run=run, kind="retry_scheduled")
+        scheduled = Event.objects.get(run=run, kind=EventKind.RETRY_SCHEDULED)
         assert scheduled.data["error_kind"] == "transient"
         clock.advance(1)
         run = run_until_idle(run.pk)

@@ -23,7 +23,7 @@ from runtime import (
 )
 from runtime.clock import frozen
 from runtime.llm.scripted import ScriptedModel, call, say
-from runtime.models import Event, Interaction, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Interaction, Operation, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import EFFECTS, make_agent, one_call
 
@@ -72,7 +72,7 @@ def test_it_pauses_after_the_model_request_in_flight_and_resumes_exactly(define,
     assert run.status == RunStatus.COMPLETED
     assert script.requests == 2  # the first request was replayed, not asked again
     assert effects.total == 1
-    resumed = Event.objects.get(run=run, kind="resumed")
+    resumed = Event.objects.get(run=run, kind=EventKind.RESUMED)
     assert (resumed.actor, resumed.data) == ("bob", {"status": "queued"})
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime import DurableConflictError, RegistrationError, register, submit, unregister
-from runtime.models import AgentVersion, Event
+from runtime.models import AgentVersion, Event, EventKind
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent, one_call
@@ -20,7 +20,7 @@ def test_it_registers_a_batch_with_its_actor(db):
         ("b", "1", b.fingerprint),
     ]
     assert rows[0].spec["instructions"] == "Help the customer."
-    assert Event.objects.filter(kind="agent_registered", actor="admin").count() == 2
+    assert Event.objects.filter(kind=EventKind.AGENT_REGISTERED, actor="admin").count() == 2
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_it_unregisters_once_drained_and_keeps_the_history(define, effects):
     assert unregister(agent.name, agent.version, actor="admin") is False
     row = AgentVersion.objects.get()
     assert (row.is_registered, row.unregistered_by) == (False, "admin")
-    assert Event.objects.filter(kind="agent_unregistered").count() == 1
+    assert Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED).count() == 1
     # Registering the same code again restores it; it never retries anything by itself.
     register([agent], actor="admin")
     assert AgentVersion.objects.get().is_registered

@@ -8,7 +8,7 @@ import pytest
 
 from runtime import InvalidInput, NotBlocked, NotFound, resolve, submit
 from runtime.clock import frozen
-from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import Event, EventKind, Operation, OperationStatus, Run, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover
 from tests.conftest import TOOLS, make_agent, one_call
 
@@ -45,7 +45,7 @@ def test_it_continues_with_the_verified_result_without_calling_the_tool_again(de
     op = Operation.objects.get(run=run, key=KEY)
     assert op.status == OperationStatus.COMPLETED
     assert op.result == found
-    event = Event.objects.get(kind="operation_resolved")
+    event = Event.objects.get(kind=EventKind.OPERATION_RESOLVED)
     assert event.actor == "rita"
     assert event.data["evidence"] == "receipt rcpt-1 in the payments console"
     assert event.data["operation_id"] == operation_id
@@ -119,7 +119,7 @@ def test_it_records_that_the_call_did_not_happen_and_queues_it_to_run_again(defi
     assert op.result is None
     run.refresh_from_db()
     assert (run.status, run.blocked_operation, run.attention_reason) == (RunStatus.QUEUED, "", "")
-    event = Event.objects.get(kind="operation_resolved")
+    event = Event.objects.get(kind=EventKind.OPERATION_RESOLVED)
     assert event.actor == "rita"
     assert event.operation_key == KEY
     assert event.data["outcome"] == "not_run_again"
@@ -154,7 +154,7 @@ def test_it_tells_the_model_a_call_did_not_happen_with_the_evidence(define, effe
     assert seen[0]["tool_use_id"] == "toolu_01_0"
     assert seen[0]["is_error"] is True
     assert "ledger shows no charge" in str(seen[0]["content"])
-    event = Event.objects.get(kind="operation_resolved")
+    event = Event.objects.get(kind=EventKind.OPERATION_RESOLVED)
     assert (event.actor, event.data["outcome"]) == ("rita", "not_run_tell_model")
     assert event.data["result"] == op.result
 

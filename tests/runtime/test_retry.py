@@ -9,7 +9,15 @@ import pytest
 from runtime import ModelRetry, RetryRejected, cancel, retry, submit
 from runtime.clock import frozen
 from runtime.llm.scripted import call, say
-from runtime.models import AttentionReason, Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import (
+    AttentionReason,
+    Event,
+    EventKind,
+    Operation,
+    OperationStatus,
+    Run,
+    RunStatus,
+)
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.conftest import ARGS, make_agent, one_call
 from tests.runtime.threads import at_once, won
@@ -51,7 +59,7 @@ def test_it_waits_with_exponential_backoff_and_then_succeeds(define):
         run = run_until_idle(run.pk)
     assert run.status == RunStatus.COMPLETED
     assert Operation.objects.get(run=run, key="step-1/model").attempts == 3
-    assert Event.objects.filter(run=run, kind="retry_scheduled").count() == 2
+    assert Event.objects.filter(run=run, kind=EventKind.RETRY_SCHEDULED).count() == 2
 
 
 def test_it_fails_when_the_attempts_run_out(define):
@@ -84,7 +92,7 @@ def test_retry_now_ends_the_wait_at_once(define):
     assert run.status == RunStatus.RETRY_WAIT
     retry(run.pk, actor="ops")
     assert run_until_idle(run.pk).status == RunStatus.COMPLETED
-    assert Event.objects.get(kind="retried_now").actor == "ops"
+    assert Event.objects.get(kind=EventKind.RETRIED_NOW).actor == "ops"
 
 
 def test_retry_of_a_failed_run_resets_model_attempts_and_keeps_completed_results(define, effects):
@@ -150,7 +158,7 @@ def test_retry_is_rejected_in_other_states(define, effects, status):
 
 def model_calls(run) -> int:
     """Model requests really sent for `run`: each is preceded by its committed intent."""
-    return Event.objects.filter(run=run, kind="intent", data__call="model").count()
+    return Event.objects.filter(run=run, kind=EventKind.INTENT, data__call="model").count()
 
 
 def test_retry_now_ends_the_wait_but_the_attempts_made_still_count(define):
@@ -209,12 +217,12 @@ def test_ten_operators_pressing_retry_now_at_once_requeue_once_and_attempts_stay
         rounds = 0
         while run.status == RunStatus.RETRY_WAIT and rounds < 5:
             rounds += 1
-            before = Event.objects.filter(run=run, kind="retried_now").count()
+            before = Event.objects.filter(run=run, kind=EventKind.RETRIED_NOW).count()
             outcomes = at_once([lambda i=i, r=run.pk: retry(r, actor=f"op{i}") for i in range(10)])
             assert sum(map(won, outcomes)) == 1
             refused = [o for o in outcomes if not won(o)]
             assert all(isinstance(o, RetryRejected) and o.message for o in refused), refused
-            assert Event.objects.filter(run=run, kind="retried_now").count() == before + 1
+            assert Event.objects.filter(run=run, kind=EventKind.RETRIED_NOW).count() == before + 1
             run.refresh_from_db()
             assert run.status == RunStatus.QUEUED
             run = run_until_idle(run.pk)

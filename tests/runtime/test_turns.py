@@ -16,7 +16,7 @@ from runtime import (
     submit,
     tool,
 )
-from runtime.models import Event, Interaction, Operation, Run, RunStatus
+from runtime.models import Event, EventKind, Interaction, Operation, Run, RunStatus
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, Lookup, OrderInfo, call, make_agent, one_call, say
 
@@ -136,7 +136,7 @@ def test_cancel_stops_a_waiting_run_and_closes_its_interaction(define, effects):
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert Interaction.objects.get().status == "cancelled"
-    assert Event.objects.get(kind="cancelled").data == {
+    assert Event.objects.get(kind=EventKind.CANCELLED).data == {
         "previous_status": "waiting",
         "reason": "customer withdrew",
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.models import AgentVersion, Event
+from runtime.models import AgentVersion, Event, EventKind
 from tests.versions.conftest import CHANGELIST, make_agent
 
 
@@ -31,7 +31,7 @@ def test_a_staff_user_without_the_permission_cannot_unregister(define, staff_vie
     )
     assert response.status_code == 403
     assert AgentVersion.objects.get().is_registered
-    assert not Event.objects.filter(kind="agent_unregistered").exists()
+    assert not Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED).exists()
 
 
 def test_a_console_user_cannot_open_the_admin(define, operator):

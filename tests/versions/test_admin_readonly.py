@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runtime.models import Event, Interaction, Operation, Run, Session
+from runtime.models import Event, EventKind, Interaction, Operation, Run, Session
 from tests.versions.conftest import approval_script, make_agent, waiting_runs
 
 MODELS = [Run, Operation, Interaction, Event, Session]
@@ -51,7 +51,7 @@ def test_the_lists_offer_no_bulk_action(records, admin_client, model):
 
 
 def test_an_event_is_unchanged_after_attempts_to_edit_it(records, admin_client):
-    event = Event.objects.filter(kind="submitted").first()
+    event = Event.objects.filter(kind=EventKind.SUBMITTED).first()
     admin_client.post(admin_url(Event, f"{event.pk}/change/"), {"kind": "forged", "actor": "x"})
     admin_client.post(admin_url(Event, f"{event.pk}/delete/"), {"post": "yes"})
     after = Event.objects.get(pk=event.pk)

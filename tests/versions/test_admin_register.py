@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.models import AgentVersion, Event, RunStatus
+from runtime.models import AgentVersion, Event, EventKind, RunStatus
 from runtime.registry import code_defines
 from tests.versions.conftest import (
     act,
@@ -22,7 +22,7 @@ def test_it_registers_a_version_defined_in_code(define, agent_admin):
     assert row.is_registered
     assert row.registered_by == "ada"
     assert row.fingerprint == make_agent([]).fingerprint
-    event = Event.objects.get(kind="agent_registered")
+    event = Event.objects.get(kind=EventKind.AGENT_REGISTERED)
     assert (event.actor, event.data["agent"], event.data["version"]) == ("ada", "clerk", "1")
     assert any("Registered clerk 1" in m for m in messages_of(response))
 
@@ -33,7 +33,7 @@ def test_it_registers_a_batch(define, agent_admin):
     )
     act(agent_admin, "register", "clerk:1", "clerk:2")
     assert sorted(AgentVersion.objects.values_list("version", flat=True)) == ["1", "2"]
-    assert Event.objects.filter(kind="agent_registered", actor="ada").count() == 2
+    assert Event.objects.filter(kind=EventKind.AGENT_REGISTERED, actor="ada").count() == 2
 
 
 def test_it_registers_nothing_when_one_entry_of_the_batch_is_invalid(define, agent_admin):
@@ -58,7 +58,7 @@ def test_it_never_replaces_an_existing_registration(define, agent_admin):
         before.registered_at,
         before.registered_by,
     )
-    assert Event.objects.filter(kind="agent_registered").count() == 1
+    assert Event.objects.filter(kind=EventKind.AGENT_REGISTERED).count() == 1
 
 
 def test_it_refuses_to_register_a_version_whose_code_is_gone(define, agent_admin):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runtime import cancel
-from runtime.models import AgentVersion, Event, RunStatus
+from runtime.models import AgentVersion, Event, EventKind, RunStatus
 from tests.versions.conftest import (
     act,
     approval_script,
@@ -33,7 +33,7 @@ def test_it_refuses_to_unregister_a_version_still_needed_and_names_the_runs(
     for run in runs:
         assert str(run.pk) in message
     assert registration_state() == before
-    assert not Event.objects.filter(kind="agent_unregistered").exists()
+    assert not Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED).exists()
 
 
 def test_it_unregisters_once_the_runs_drained(define, agent_admin, effects):
@@ -45,7 +45,7 @@ def test_it_unregisters_once_the_runs_drained(define, agent_admin, effects):
     assert messages_of(response) == ["Unregistered clerk 1."]
     row = AgentVersion.objects.get()
     assert (row.is_registered, row.unregistered_by) == (False, "ada")
-    event = Event.objects.get(kind="agent_unregistered")
+    event = Event.objects.get(kind=EventKind.AGENT_UNREGISTERED)
     assert (event.actor, event.data) == ("ada", {"agent": "clerk", "version": "1"})
 
 
@@ -64,7 +64,7 @@ def test_a_bulk_unregister_is_refused_whole_when_one_version_is_needed(
     assert message.startswith("nothing was unregistered: clerk 1 is still needed by 1")
     assert str(run.pk) in message
     assert registration_state() == before
-    assert not Event.objects.filter(kind="agent_unregistered").exists()
+    assert not Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED).exists()
 
 
 def test_a_bulk_unregister_is_refused_whole_when_one_version_is_not_registered(define, agent_admin):
@@ -80,7 +80,7 @@ def test_a_bulk_unregister_unregisters_every_version_when_none_is_needed(define,
     define(make_agent([]), make_agent([], version="2", instructions="Be brief."))
     act(agent_admin, "unregister", "clerk:1", "clerk:2")
     assert registration_state() == [("clerk", "1", False, "ada"), ("clerk", "2", False, "ada")]
-    assert Event.objects.filter(kind="agent_unregistered", actor="ada").count() == 2
+    assert Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED, actor="ada").count() == 2
 
 
 def test_an_unregistered_version_keeps_its_row_and_history(define, agent_admin):

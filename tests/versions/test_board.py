@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentops.views.versions import group_dom_id
-from runtime.models import AgentVersion, Event, Operation, Run, RunStatus
+from runtime.models import AgentVersion, Event, EventKind, Operation, Run, RunStatus
 from runtime.registry import code_defines
 from tests.versions.conftest import (
     CHANGELIST,
@@ -151,7 +151,7 @@ def test_retrying_a_group_over_htmx_returns_its_fragment_with_the_results(
     assert "Retried 2 of 3 runs." in fragment
     assert f"<code>{runs[2].pk}</code>: run {runs[2].pk} cannot be retried" in fragment
     assert statuses(runs) == [RunStatus.QUEUED, RunStatus.QUEUED, RunStatus.NEEDS_ATTENTION]
-    assert Event.objects.filter(kind="retried", actor="olga").count() == 2
+    assert Event.objects.filter(kind=EventKind.RETRIED, actor="olga").count() == 2
 
 
 def _tokens(html: str) -> list[str]:
@@ -190,7 +190,7 @@ def test_a_user_without_control_run_sees_no_retry_form_and_cannot_retry(define, 
     assert "You cannot retry runs" in page
     assert viewer.post(retry_url("clerk", "1")).status_code == 403
     assert statuses(runs) == [RunStatus.NEEDS_ATTENTION]
-    assert not Event.objects.filter(kind="retried").exists()
+    assert not Event.objects.filter(kind=EventKind.RETRIED).exists()
 
 
 def test_the_board_needs_a_login(define, client):

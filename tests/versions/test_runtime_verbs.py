@@ -8,7 +8,7 @@ import pytest
 
 from runtime import DurableConflictError, RegistrationError
 from runtime.control import RetryResult, retry_many
-from runtime.models import AgentVersion, Event, Run, RunStatus
+from runtime.models import AgentVersion, Event, EventKind, Run, RunStatus
 from runtime.registry import code_defines, unregister_many
 from tests.versions.conftest import approval_script, approve_and_resume, make_agent, waiting_runs
 
@@ -29,7 +29,7 @@ def test_retry_many_retries_each_run_it_can_and_says_why_not_the_others(define, 
     assert "does not exist" in results[2].problem
     assert Run.objects.get(pk=blocked.pk).status == RunStatus.QUEUED
     assert Run.objects.get(pk=runs[1].pk).status == RunStatus.WAITING
-    assert Event.objects.filter(kind="retried", actor="olga").count() == 1
+    assert Event.objects.filter(kind=EventKind.RETRIED, actor="olga").count() == 1
 
 
 def test_unregister_many_is_all_or_nothing(define, effects):
@@ -39,7 +39,7 @@ def test_unregister_many_is_all_or_nothing(define, effects):
         unregister_many([("greeter", "1"), ("clerk", "1")], actor="ada")
     assert refused.value.run_ids == [str(run.pk)]
     assert AgentVersion.objects.filter(unregistered_at__isnull=True).count() == 2
-    assert not Event.objects.filter(kind="agent_unregistered").exists()
+    assert not Event.objects.filter(kind=EventKind.AGENT_UNREGISTERED).exists()
 
 
 def test_unregister_many_refuses_an_empty_batch_or_an_unregistered_entry(define):
