@@ -177,7 +177,6 @@ class Desk:
 def _world() -> None:
     """Orders, agent registrations and people, in a fresh database."""
     from django.contrib.auth.hashers import make_password
-    from django.contrib.auth.models import Permission, User
     from django.utils import timezone
 
     from demo.agents import refund_desk_v2
@@ -186,6 +185,7 @@ def _world() -> None:
     from runtime import register
     from tests.browser.agents import AGENTS
     from tests.browser.browsing import PASSWORD
+    from tests.support import personas
 
     placed = timezone.now() - dt.timedelta(days=9)
     for name, email, number, item, total in CUSTOMERS:
@@ -197,16 +197,11 @@ def _world() -> None:
 
     if not _password_hash:  # hashing is slow on purpose: once per session
         _password_hash.append(make_password(PASSWORD))
-    permissions = Permission.objects.filter(
-        content_type__app_label="agentops", codename__in=OPERATOR_PERMISSIONS
-    )
-    assert permissions.count() == len(OPERATOR_PERMISSIONS)
     for username in ("alice", "bob"):
-        user = User.objects.create(username=username, password=_password_hash[0])
-        user.user_permissions.set(permissions)
-    User.objects.create(
-        username="ada", password=_password_hash[0], is_staff=True, is_superuser=True
-    )
+        user = personas.user_with(username, *OPERATOR_PERMISSIONS)
+        assert user.user_permissions.count() == len(OPERATOR_PERMISSIONS)
+        personas.with_password(user, _password_hash[0])
+    personas.with_password(personas.superuser("ada"), _password_hash[0])
 
 
 def _settle(stack: Stack) -> None:

@@ -234,12 +234,12 @@ def test_the_login_page_is_accessible_and_fits_a_phone(desk, stack, chromium):
 def test_the_refusal_pages_are_accessible_and_fit_a_phone(desk, people, stack, chromium):
     """The 403 page a person without permissions gets, and the login lockout page."""
     from django.contrib.auth.hashers import make_password
-    from django.contrib.auth.models import User
 
     from tests.browser.browsing import PASSWORD
+    from tests.support import personas
 
-    User.objects.create(username="olga", password=make_password(PASSWORD))
-    olga = people(stack, "olga")
+    personas.with_password(personas.console_user("outsider"), make_password(PASSWORD))
+    olga = people(stack, "outsider")
     problems: list[str] = []
     for width, viewport in (("1440", DESKTOP), ("390", PHONE)):
         olga.page.set_viewport_size(viewport)

@@ -33,6 +33,18 @@ def user_with(username: str, *codenames: str, staff: bool = False) -> User:
     return user
 
 
+def superuser(username: str) -> User:
+    return User.objects.create(username=username, is_staff=True, is_superuser=True)
+
+
+def with_password(user: User, password_hash: str) -> User:
+    """`user`, able to log in through the login form (the browser tests): a hash made once,
+    since hashing is slow on purpose."""
+    user.password = password_hash
+    user.save(update_fields=["password"])
+    return user
+
+
 def console_user(persona: str) -> User:
     """The console persona `persona`, named after it, in its group."""
     user = User.objects.create(username=persona)
