@@ -25,9 +25,11 @@ RUNTIME = "runtime"
 class Permission(enum.StrEnum):
     """Who may do what: the names views, the admin, the API and tests check (user.has_perm)."""
 
+    VIEW = "agentops.view_run"  # Django's own view permission of runs: seeing the console
     RESPOND = "agentops.respond_run"
     RESOLVE = "agentops.resolve_run"
     CONTROL = "agentops.control_run"
+    EDIT_ARGUMENTS = "agentops.edit_arguments"
     MANAGE_VERSIONS = "agentops.manage_agentversion"
 
     @property
@@ -529,7 +531,10 @@ class ApprovalRule(models.Model):
             models.Index(fields=["agent", "tool", "priority"], name="approval_rule_match"),
         ]
         permissions: ClassVar = [
-            ("edit_arguments", "Can edit a tool call's arguments before approving"),
+            (
+                Permission.EDIT_ARGUMENTS.codename,
+                "Can edit a tool call's arguments before approving",
+            ),
         ]
 
     def __str__(self) -> str:

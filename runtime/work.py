@@ -31,13 +31,14 @@ from runtime.models import (
     Interaction,
     InteractionKind,
     InteractionStatus,
+    Permission,
     Run,
     TimerKind,
     WorkItem,
 )
 
-EDIT_PERMISSION = "agentops.edit_arguments"
-RESPOND_PERMISSION = "agentops.respond_run"
+EDIT_PERMISSION = Permission.EDIT_ARGUMENTS
+RESPOND_PERMISSION = Permission.RESPOND
 
 
 def claim_seconds() -> float:

@@ -41,7 +41,7 @@ class Scope(models.TextChoices):
 
 # The console's permission each scope also needs on the account's user.
 SCOPE_PERMISSIONS: dict[str, str] = {
-    Scope.READ: "agentops.view_run",
+    Scope.READ: Permission.VIEW,
     # The console starts no runs, so submitting has a permission of its own.
     Scope.SUBMIT: "api.submit_run",
     Scope.RESPOND: Permission.RESPOND,

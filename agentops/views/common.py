@@ -23,7 +23,7 @@ from agentops import selectors
 from runtime.errors import AgentOpsError, InvalidInput, NotFound
 from runtime.models import Permission
 
-VIEW = "agentops.view_run"  # Django's own view permission of runs
+VIEW = Permission.VIEW
 RESPOND = Permission.RESPOND
 RESOLVE = Permission.RESOLVE
 CONTROL = Permission.CONTROL

@@ -16,20 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_POST, require_safe
 
+from agentops.views.common import action, page
 from runtime import control, registry
 from runtime.control import RetryResult
 from runtime.models import AgentVersion, AttentionReason, Permission, Run, RunStatus
 
-# The console's permissions: seeing runs, and retrying them.
-VIEW_RUN = "agentops.view_run"
-CONTROL_RUN = Permission.CONTROL
-MANAGE_VERSIONS = Permission.MANAGE_VERSIONS
 # The attention reasons a version (its registration or its code) is behind.
 VERSION_REASONS = (
     AttentionReason.VERSION_MISSING,
@@ -233,7 +228,7 @@ def blocked_groups(only: tuple[str, str] | None = None) -> list[Group]:
 
 def _context(request: HttpRequest, group: Group) -> dict[str, Any]:
     user = request.user
-    can_manage = user.has_perm(MANAGE_VERSIONS) and user.is_staff
+    can_manage = user.has_perm(Permission.MANAGE_VERSIONS) and user.is_staff
     register_url = ""
     if can_manage and group.code_defined and not group.is_registered and not group.code_changed:
         register_url = (
@@ -242,25 +237,21 @@ def _context(request: HttpRequest, group: Group) -> dict[str, Any]:
         )
     return {
         "group": group,
-        "can_retry": user.has_perm(CONTROL_RUN),
+        "can_retry": user.has_perm(Permission.CONTROL),
         "can_manage": can_manage,
         "register_url": register_url,
         "runs": [(run, problem, run_url(run.pk)) for run, problem in group.shown_runs],
     }
 
 
-@login_required
-@require_safe
-@permission_required(VIEW_RUN, raise_exception=True)
+@page
 def board(request: HttpRequest) -> HttpResponse:
     """Every group of version-blocked runs, with what differs and the way out."""
     groups = [_context(request, group) for group in blocked_groups()]
     return render(request, "agentops/versions/board.html", {"groups": groups})
 
 
-@login_required
-@require_POST
-@permission_required(CONTROL_RUN, raise_exception=True)
+@action(Permission.CONTROL)
 def retry_group(request: HttpRequest, agent: str, version: str) -> HttpResponse:
     """Retry every version-blocked run of (agent, version); each is refused or retried alone."""
     run_ids = list(

@@ -20,9 +20,9 @@ from agentops.views.common import RESPOND, action, actor, error_status, live, re
 from agentops.views.fragments import INTERACTION
 from runtime import work
 from runtime.errors import AgentOpsError
-from runtime.models import Interaction
+from runtime.models import Interaction, Permission
 
-EDIT = "agentops.edit_arguments"
+EDIT = Permission.EDIT_ARGUMENTS
 # The session key of the last password check, in seconds since the epoch.
 REAUTH_KEY = "agentops_reauthenticated_at"
 
