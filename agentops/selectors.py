@@ -243,16 +243,34 @@ def _search(q: str) -> Q:
     return text
 
 
+def runs_by_fields(
+    runs: QuerySet[Run],
+    *,
+    status: str | None,
+    agent: str | None,
+    version: str | None,
+    session: uuid.UUID | None,
+) -> QuerySet[Run]:
+    """The runs-list filters the console and the API share (each one only when given)."""
+    if status:
+        runs = runs.filter(status=status)
+    if agent:
+        runs = runs.filter(agent=agent)
+    if version:
+        runs = runs.filter(version=version)
+    if session:
+        runs = runs.filter(session_id=session)
+    return runs
+
+
 def filtered_runs(filters: RunFilters) -> QuerySet[Run]:
-    runs = Run.objects.select_related("session")
-    if filters.status:
-        runs = runs.filter(status=filters.status)
-    if filters.agent:
-        runs = runs.filter(agent=filters.agent)
-    if filters.version:
-        runs = runs.filter(version=filters.version)
-    if filters.session:
-        runs = runs.filter(session_id=filters.session)
+    runs = runs_by_fields(
+        Run.objects.select_related("session"),
+        status=filters.status,
+        agent=filters.agent,
+        version=filters.version,
+        session=filters.session,
+    )
     if filters.q:
         runs = runs.filter(_search(filters.q))
     return runs

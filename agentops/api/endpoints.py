@@ -27,6 +27,7 @@ from agentops.api import schemas
 from agentops.api.auth import TokenAuth, allow, token_of
 from agentops.api.errors import ApiError, body, runtime_details, runtime_status
 from agentops.api.models import IdempotencyKey, Scope
+from agentops.selectors import runs_by_fields
 from runtime import bulk, control, surgery
 from runtime.errors import AgentOpsError
 from runtime.models import (
@@ -195,15 +196,13 @@ class RunFilters(schemas.Schema):
 def list_runs(request: HttpRequest, filters: Query[RunFilters]) -> dict[str, Any]:
     """Runs, newest first, filtered; follow `next_cursor` for older ones."""
     allow(request, Scope.READ)
-    runs = Run.objects.filter(_after(filters.cursor, newest_first=True))
-    if filters.status:
-        runs = runs.filter(status=filters.status)
-    if filters.agent:
-        runs = runs.filter(agent=filters.agent)
-    if filters.version:
-        runs = runs.filter(version=filters.version)
-    if filters.session:
-        runs = runs.filter(session_id=filters.session)
+    runs = runs_by_fields(
+        Run.objects.filter(_after(filters.cursor, newest_first=True)),
+        status=filters.status,
+        agent=filters.agent,
+        version=filters.version,
+        session=filters.session,
+    )
     items, next_cursor = _page(runs, filters.limit, newest_first=True)
     return {"items": items, "next_cursor": next_cursor}
 
