@@ -391,6 +391,8 @@ AGENTOPS_RESPONSE_EXCERPT_CHARS = int(env_float("AGENTOPS_RESPONSE_EXCERPT_CHARS
 # inside one of these networks (CIDR, comma-separated), e.g. "10.0.0.0/8".
 AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = env_list("AGENTOPS_OUTBOUND_ALLOWED_NETWORKS", [])
 AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = env_float("AGENTOPS_OUTBOUND_TIMEOUT_SECONDS", 10.0)
+# Slack's Web API, for routes with a bot token (chat.postMessage is posted under it).
+AGENTOPS_SLACK_API_URL = env_str("AGENTOPS_SLACK_API_URL", "https://slack.com/api")
 # /metrics: a bearer token, or the networks (CIDR) a scraper may come from; neither = refused.
 AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN")
 AGENTOPS_METRICS_ALLOWED_NETWORKS = env_list("AGENTOPS_METRICS_ALLOWED_NETWORKS", [])
