@@ -223,6 +223,8 @@ class NotificationRouteAdmin(admin.ModelAdmin):
             notifications.set_slack_url(obj, form.cleaned_data["slack_url"])
         if form.cleaned_data.get("slack_token"):
             notifications.set_slack_token(obj, form.cleaned_data["slack_token"])
+        if obj.enabled:  # enabled by hand after a fix: no longer flagged
+            obj.failing_since, obj.disabled_reason = None, ""
         notifications.save_route(obj)
 
     @admin.action(description="Enable, and send what waited")

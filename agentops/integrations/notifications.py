@@ -23,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 
 from agentops.integrations import outbound, outbox, secrets, slack
@@ -88,7 +89,11 @@ def dispatch(limit: int) -> int:
         if not ids:
             return 0
         made = []
-        routes = list(NotificationRoute.objects.filter(enabled=True))
+        # A route Slack refused keeps its notices, waiting until it is fixed and enabled; a
+        # route a person turned off makes none.
+        routes = list(
+            NotificationRoute.objects.filter(Q(enabled=True) | Q(failing_since__isnull=False))
+        )
         events = outbox.events_by_id(ids, set(_event_kinds()))
         rules = _rules_of(events)
         for event in events:
