@@ -169,3 +169,25 @@ def test_a_deleted_rule_takes_its_routes_and_its_notices_fall_back(desk, receive
     assert emailed() == ["olga@example.test", "oscar@example.test"]
     assert mail.outbox[0].subject == "[AgentOps] An approval was escalated: refund"
     assert Interaction.objects.get(pk=interaction.pk).work.rule is None
+
+
+def test_the_admin_makes_a_route_for_a_rule(desk, admin_client):
+    finance = Group.objects.get(name="finance")
+    response = admin_client.post(
+        "/admin/integrations/notificationroute/add/",
+        {
+            "name": "finance escalations",
+            "kinds": ["approval_escalated"],
+            "group": finance.pk,
+            "rule": desk["rule"].pk,
+            "channel": "email",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 302
+    made = NotificationRoute.objects.get(name="finance escalations")
+    assert made.rule == desk["rule"]
+    listing = admin_client.get(
+        f"/admin/integrations/notificationroute/?rule__id__exact={made.rule_id}"
+    )
+    assert "finance escalations" in listing.content.decode()
