@@ -1,9 +1,12 @@
-"""Slack and email notifications from the event log, routed per group, muted per person.
+"""Slack and email notifications from the event log, routed per group and per approval rule,
+muted per person.
 
 `dispatch` reads the settled events after the "notifications" cursor; each event of a kind in
-`kinds.KINDS` becomes, for every enabled route of that kind, one Slack post (when at least one
-member of the route's group has not muted the kind) or one email per member who has not. The
-unique (route, event, recipient) row is what makes each notification once: a second sweep, a
+`kinds.KINDS` becomes, for every enabled route of that kind (the routes of the approval rule its
+interaction is under when it has some for the kind, else the routes without a rule), one Slack
+post (when at least one member of the route's group has not muted the kind) or one email per
+member who has not. Slack is an incoming webhook or a bot token (agentops/integrations/slack.py).
+The unique (route, event, recipient) row is what makes each notification once: a second sweep, a
 redelivered task or a second worker finds it made, and a claimed message is sent by one sender.
 Sending is at least once only across a crash between the send and its record.
 
