@@ -3,11 +3,15 @@ run's rows stay as the new owner left them."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
+from django.db import connection
 from pydantic import BaseModel
 
-from runtime import Agent, ToolContext, cancel, store, submit, tool
+from agentops.integrations.models import MetricSample
+from runtime import Agent, ToolContext, cancel, signals, store, submit, tool
 from runtime.engine import advance
 from runtime.llm.scripted import ScriptedModel, call, say
 from runtime.models import Event, Operation, Run, RunStatus
@@ -95,3 +99,30 @@ def test_a_cancelled_workers_refused_write_is_counted_per_agent(define, scrape):
     samples = scrape()
     assert value(samples, "agentops_fenced_writes_refused_total", agent="packer") == 2
     assert value(samples, "agentops_fenced_writes_refused_total", agent="shipper") == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_refusals_counted_at_once_by_many_processes_are_all_counted():
+    """Every worker process counts its own refusals into the same row: concurrent increments
+    (each its own connection and transaction, the first ones racing to create the row) lose
+    none."""
+    workers, each = 6, 25
+    barrier = threading.Barrier(workers)
+
+    def worker() -> None:
+        try:
+            barrier.wait()
+            for _ in range(each):
+                signals.write_refused.send(sender=None, run_id=None, agent="busy", fence=1)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sample = MetricSample.objects.get(metric="agentops_fenced_writes_refused_total")
+    assert sample.value == workers * each
+    assert connection.vendor == "postgresql"
