@@ -141,7 +141,7 @@ def header(cutoff: dt.datetime, now: dt.datetime) -> dict[str, Any]:
 
 def append_member(out: IO[bytes], lines: list[dict[str, Any]]) -> int:
     """Append one complete gzip member and make it durable: flush, then fsync. Bytes written."""
-    data = gzip.compress(b"".join(_encode(line) for line in lines))
+    data = gzip.compress(b"".join(_encode(line) for line in lines), compresslevel=5)
     out.write(data)
     out.flush()
     os.fsync(out.fileno())

@@ -328,7 +328,7 @@ def test_a_webhook_still_to_send_holds_its_run_and_a_sent_one_moves_with_it(worl
         )
     with clock.frozen(NOW):
         report = archive_runs(AGE, to=tmp_path)
-    _, manifests, rows = _read(report.path)
+    _, manifests, _ = _read(report.path)
     assert str(plain.pk) not in manifests
     assert Run.objects.filter(pk=plain.pk).exists()
     assert WebhookDelivery.objects.filter(run_id=plain.pk).count() == 1
