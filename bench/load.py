@@ -20,9 +20,11 @@ submitted and completed. Targets: page p95 under 150 ms (logging in aside), live
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,6 +41,7 @@ from bench.throughput import BROKER_DB, CHANNELS_DB, CeleryWorkers, _forget_queu
 DATABASE = "agentops_bench_load"
 PASSWORD = "load-bench-password"  # a throwaway database's throwaway accounts
 PAGE_P95_MS, LIVE_P95_MS = 150.0, 250.0
+EXCEPTION = re.compile(r"^[\w.]+(Error|Exception|Exhausted|Timeout)\b.*:")
 
 
 class Submitter:
@@ -60,6 +63,20 @@ class Submitter:
         for number in range(1, int(options["users"]) + 1):
             user = User.objects.create(username=f"op{number}", password=password)
             user.groups.add(operators)
+
+    def sessions(self) -> list[str]:
+        """A logged-in session cookie per operator. Made directly, not through the login form:
+        fifty password checks (slow on purpose) would fill the first minute of a 2-core machine,
+        and what is measured is the work after logging in."""
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        cookies = []
+        for user in User.objects.filter(username__startswith="op").order_by("pk"):
+            browser = Client()
+            browser.force_login(user)
+            cookies.append(browser.cookies["sessionid"].value)
+        return cookies
 
     def run(self) -> None:
         pass
@@ -126,12 +143,12 @@ def _pages(stats_csv: Path) -> tuple[list[dict[str, Any]], int, int]:
 
 
 def _locust(
-    host: str, users: int, seconds: float, tmp: Path, frames: Path
+    host: str, users: int, seconds: float, tmp: Path, *, frames: Path, sessions: list[str]
 ) -> subprocess.Popen[bytes]:
+    (tmp / "sessions.json").write_text(json.dumps(sessions))
     env = {
         **os.environ,
-        "LOAD_USERS": str(users),
-        "LOAD_PASSWORD": PASSWORD,
+        "LOAD_SESSIONS": str(tmp / "sessions.json"),
         "LOAD_FRAMES": str(frames),
     }
     command = [
@@ -200,7 +217,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                     f"({args.workers} Celery workers) …",
                     flush=True,
                 )
-                locust = _locust(host, args.users, seconds, tmp, frames_file)
+                sessions = call("sessions")
+                locust = _locust(
+                    host, args.users, seconds, tmp, frames=frames_file, sessions=sessions
+                )
                 # Let the operators log in and open their sockets before the runs start.
                 time.sleep(min(5.0, seconds / 10))
                 driven = call("drive", rate=args.rate, seconds=seconds - min(5.0, seconds / 10))
@@ -215,10 +235,22 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     finally:
         harness.drop_postgres_database(args.postgres, DATABASE)
         _forget_queue(redis_url, queue)
+    # The server's own word on its errors: the last line of each traceback, counted.
+    raised = collections.Counter(
+        line.strip()
+        for line in (tmp / "serve.log").read_text(errors="replace").splitlines()
+        if EXCEPTION.match(line)
+    )
     stats = tmp / "locust_stats.csv"
     if not stats.exists():
         raise harness.WorkerError(f"Locust wrote no figures:\n{(tmp / 'locust.log').read_text()}")
     pages, requests, failures = _pages(stats)
+    reasons = tmp / "locust_failures.csv"
+    with reasons.open() as rows:
+        why = [
+            f"{r['Method']} {r['Name']}: {r['Error']} ({r['Occurrences']}x)"
+            for r in csv.DictReader(rows)
+        ]
     live = [
         1000 * (arrival - committed[str(event)])
         for arrival, event in frames
@@ -231,6 +263,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "pages": pages,
         "requests": requests,
         "failures": failures,
+        "why": why + [f"server: {line} ({n}x)" for line, n in raised.most_common(5)],
         "live_ms": live,
         "frames": len(frames),
         "submitted": driven["submitted"],
@@ -284,6 +317,7 @@ def report(result: dict[str, Any]) -> tuple[str, bool]:
         f"Target live p95 under {LIVE_P95_MS:.0f} ms: {'PASS' if live_ok else 'FAIL'} "
         f"({live_p95:.0f} ms over {len(live)} frames)",
         f"Target zero errors: {'PASS' if errors_ok else 'FAIL'} ({result['failures']} failures)",
+        *(f"  {reason}" for reason in result["why"]),
     ]
     return "\n".join(lines), page_ok and live_ok and errors_ok
 

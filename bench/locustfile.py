@@ -1,10 +1,11 @@
-"""The operators of the load benchmark (bench/load.py), for Locust: each logs in through the
-form, keeps the inbox's websocket open, and browses — the inbox, the runs list, a search, a run
-page — and decides approvals by posting the real form with its CSRF token.
+"""The operators of the load benchmark (bench/load.py), for Locust: each, on a session of its
+own made beforehand, keeps the inbox's websocket open and browses — the inbox, the runs list, a
+search, a run page — and decides approvals by posting the real form with its CSRF token.
 
 Run by bench/load.py (`locust -f bench/locustfile.py --headless ...`) with its environment:
-LOAD_USERS (how many operator accounts, op1..opN), LOAD_PASSWORD, LOAD_FRAMES (a file where
-every websocket frame's arrival time and newest event id are written when Locust quits).
+LOAD_SESSIONS (a JSON list of the operators' session cookies, one per simulated operator: they
+are logged in beforehand), LOAD_FRAMES (a file where every websocket frame's arrival time and
+newest event id are written when Locust quits).
 """
 
 from __future__ import annotations
@@ -42,20 +43,9 @@ class Operator(HttpUser):
     wait_time = between(1, 3)
 
     def on_start(self) -> None:
-        number = (next(_numbers) - 1) % int(os.environ["LOAD_USERS"]) + 1
-        self.username = f"op{number}"
+        sessions = json.loads(Path(os.environ["LOAD_SESSIONS"]).read_text())
+        self.client.cookies.set("sessionid", sessions[(next(_numbers) - 1) % len(sessions)])
         self.seen_runs: list[str] = []
-        page = self.client.get("/accounts/login/", name="login page")
-        self.client.post(
-            "/accounts/login/",
-            {
-                "username": self.username,
-                "password": os.environ["LOAD_PASSWORD"],
-                "csrfmiddlewaretoken": _csrf(page.text),
-                "next": "/",
-            },
-            name="log in (POST)",
-        )
         self.socket: websocket.WebSocket | None = None
         self.listener = gevent.spawn(self._listen)
 
