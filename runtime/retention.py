@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from runtime import clock
 from runtime.errors import AgentOpsError
@@ -85,12 +86,23 @@ def archive_runs(
     moved = archive.Moved()
     started = time.perf_counter()
     path = None
-    if dry_run:
-        after = None
+
+    def walk(out: IO[bytes] | None) -> int:
+        """One pass over the eligible runs by id, batch by batch: the forks it archived."""
+        forks, after = 0, None
         while True:
-            count, after = archive.archive_batch(None, cutoff, tables, batch, moved, after=after)
-            if count == 0:
-                break
+            batch_ = archive.archive_batch(
+                out, cutoff, tables, batch, moved, after=after, before_delete=before_delete
+            )
+            if batch_.runs == 0:
+                return forks
+            forks, after = forks + batch_.forks, batch_.last
+            if after_batch is not None and out is not None:
+                after_batch(moved.batches)
+
+    if dry_run:
+        # Nothing moves, so a parent whose forks would go first is not counted.
+        walk(None)
     else:
         try:
             path, out = archive.open_archive(to, now)
@@ -98,14 +110,9 @@ def archive_runs(
             raise ArchiveError(f"cannot create an archive file in {to}: {exc}") from exc
         with out:
             archive.append_member(out, [archive.header(cutoff, now)])
-            while True:
-                count, _ = archive.archive_batch(
-                    out, cutoff, tables, batch, moved, before_delete=before_delete
-                )
-                if count == 0:
-                    break
-                if after_batch is not None:
-                    after_batch(moved.batches)
+            # Another pass while the last one archived forks: their parents may be free now.
+            while walk(out):
+                pass
         moved.bytes = path.stat().st_size
     return ArchiveReport(
         path=path,

@@ -96,7 +96,7 @@ def _unfinished_rows(tables: list[Table]) -> Q:
 
 def eligible(cutoff: dt.datetime, tables: list[Table]) -> models.QuerySet[Run]:
     """Finished runs older than `cutoff` that nothing live still references: no fork of theirs
-    is left (forks go first; their parent follows in a later batch), no running bulk job holds
+    is left (forks go first; their parent follows in a later pass), no running bulk job holds
     them, and no row of their history is still unfinished."""
     live_bulk = BulkJobItem.objects.filter(run=OuterRef("pk"), job__status=BulkJobStatus.RUNNING)
     forks = Run.objects.filter(parent=OuterRef("pk"))
@@ -166,6 +166,13 @@ def _delete(table: Table, pks: list[Any]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Batch:
+    runs: int  # 0: no eligible run is left past `after`
+    last: Any  # the last run id it took: the next batch starts after it
+    forks: int  # runs in it that were forks (their parents may be eligible now)
+
+
 def archive_batch(
     out: IO[bytes] | None,
     cutoff: dt.datetime,
@@ -175,28 +182,22 @@ def archive_batch(
     *,
     after: Any = None,
     before_delete: Callable[[list[str]], None] | None = None,
-) -> tuple[int, Any]:
-    """Archive the next batch of eligible runs: (runs in it, the last run id seen).
-
-    With `out` None (a dry run) it only counts, walking the eligible runs past `after`.
-    """
+) -> Batch:
+    """Archive the next batch of eligible runs by id, past `after`. With `out` None (a dry
+    run) it only counts."""
     with transaction.atomic():
-        runs = eligible(cutoff, tables)
-        if out is None:
-            # Nothing is deleted: walk the eligible runs by id.
-            if after is not None:
-                runs = runs.filter(pk__gt=after)
-            ids = list(runs.order_by("pk").values_list("pk", flat=True)[:size])
-        else:
-            # Oldest first, locked for the batch; a run another transaction holds (a retry that
-            # is landing) is skipped, not waited for.
-            ids = list(
-                runs.order_by("finished_at", "pk")
-                .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)[:size]
-            )
-        if not ids:
-            return 0, after
+        runs = eligible(cutoff, tables).order_by("pk")
+        if after is not None:
+            runs = runs.filter(pk__gt=after)
+        if out is not None:
+            # Locked for the batch; a run another transaction holds (a retry that is landing)
+            # is skipped, not waited for.
+            runs = runs.select_for_update(skip_locked=True)
+        taken = list(runs.values_list("pk", "parent_id")[:size])
+        if not taken:
+            return Batch(0, after, 0)
+        ids = [pk for pk, _ in taken]
+        forks = sum(1 for _, parent in taken if parent is not None)
         per_run: dict[str, list[dict[str, Any]]] = defaultdict(list)
         pks: dict[Table, list[Any]] = {}
         for table in tables:
@@ -209,7 +210,7 @@ def archive_batch(
         moved.runs += len(ids)
         moved.batches += 1
         if out is None:
-            return len(ids), ids[-1]
+            return Batch(len(ids), ids[-1], forks)
         lines: list[dict[str, Any]] = []
         for run_id in ids:
             rows = per_run[str(run_id)]
@@ -223,7 +224,7 @@ def archive_batch(
             before_delete([str(run_id) for run_id in ids])
         for table in reversed(tables):
             _delete(table, pks[table])
-    return len(ids), ids[-1]
+    return Batch(len(ids), ids[-1], forks)
 
 
 def open_archive(directory: Path, now: dt.datetime) -> tuple[Path, IO[bytes]]:

@@ -211,18 +211,18 @@ def test_a_crash_after_the_file_and_before_the_delete_deletes_nothing(world, tmp
 
 
 def test_a_run_retried_while_the_archive_works_is_untouched(world, tmp_path):
-    failed = world["old"]["failed"]
+    with clock.frozen(OLD):
+        another = _finished("fail again")
+    # Batches go by id: of two failed runs, the later one is not in the first batch of one.
+    failed = max(world["old"]["failed"], another, key=lambda run: run.pk)
 
     def retry_it(batch: int) -> None:
         if batch == 1:
             retry(failed.pk, actor="carol")
 
-    # Oldest first: the failed run finished last of the old ones, so it is retried (after the
-    # first batch) before the archive reaches it.
-    Run.objects.filter(pk=failed.pk).update(finished_at=OLD + dt.timedelta(hours=1))
     with clock.frozen(NOW):
         report = archive_runs(AGE, to=tmp_path, batch=1, after_batch=retry_it)
-    assert report.runs == 4
+    assert report.runs == 5
     failed.refresh_from_db()
     assert failed.status == RunStatus.QUEUED
     _, manifests, _ = _read(report.path)
