@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench [--quick] [--json-dir DIR]
 
-About 6 minutes on the 2-core development machine (--quick: about 2). Needs the bench extra
+About 10 minutes on the 2-core development machine (--quick: about 4). Needs the bench extra
 (.venv/bin/pip install -e '.[bench]'); PostgreSQL and Redis where they are reachable (the
 benchmarks say what they skipped when they are not).
 """
