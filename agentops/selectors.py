@@ -1,8 +1,8 @@
 """Read-side queries for the console: each function returns what one page or fragment shows.
 
 Every list is built with a fixed number of queries, whatever its length (no N+1), and pages
-use keyset pagination on indexed columns, so they stay fast with 100,000 runs: nothing counts
-every row of a table.
+use keyset pagination on indexed columns, so they stay fast with a million runs: nothing counts
+every row of a table (the counts by status are kept by the database, runtime.store.counts).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 
 from agentops import decisions, live, work
 from agentops.decisions import code_tool
-from runtime import clock, control, policy, registry
+from runtime import clock, control, policy, registry, store
 from runtime.agents import Tool
 from runtime.models import (
     RUNTIME,
@@ -99,18 +99,9 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
 
     `show` filters the approvals and questions ("mine", "unassigned", "urgent": see
     agentops.work.FILTERS) for `user`; they are sorted by urgency, then age."""
-    counts = dict(
-        Run.objects.filter(status__in=COUNTED_STATUSES)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("pk"))
-    )
-    pending_counts = dict(
-        Interaction.objects.filter(status=InteractionStatus.PENDING)
-        .order_by()
-        .values_list("kind")
-        .annotate(n=Count("pk"))
-    )
+    # Kept by the database as runs and interactions change: a few rows, however many runs.
+    kept = store.counts()
+    counts, pending_counts = kept.runs, kept.pending
     now = clock.now()
     show = show if show in work.FILTERS else ""
     pending = (

@@ -268,6 +268,9 @@ class Run(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When the sweep last handed the run to the workers: it hands a run over at most once per
+    # lease period, and again after one if no worker took it (the message was lost).
+    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints: ClassVar = [
@@ -307,6 +310,11 @@ class Run(models.Model):
             ),
             # Console filters, version board and unregister checks: runs of an agent version.
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),
+            # Runs list filtered by agent, or by agent and version, newest first (keyset pages).
+            models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
+            models.Index(
+                fields=["agent", "version", "-created_at"], name="run_agent_version_created"
+            ),
         ]
         permissions: ClassVar = [
             (Permission.RESPOND.codename, "Can answer approvals and questions"),
@@ -316,6 +324,29 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.status})"
+
+
+class StatusCount(models.Model):
+    """How many runs are in each status ("run:<status>") and how many interactions of each kind
+    are pending ("pending:<kind>"), so the inbox reads a few rows instead of counting a million.
+
+    Kept by database triggers on the runs and interactions tables (migration 0008), in the
+    transaction of every change, whoever writes it: nothing in Python writes this table. A key
+    has several slots, summed on read: on PostgreSQL each connection adds to its own slot, so
+    concurrent workers do not queue on one row.
+    """
+
+    key = models.CharField(max_length=60)
+    slot = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["key", "slot"], name="one_count_per_key_slot")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}[{self.slot}] = {self.n}"
 
 
 class OperationKind(models.TextChoices):

@@ -1,0 +1,183 @@
+"""Counts by status kept without scanning, when the sweep last sent a run, list indexes.
+
+- `agentops_statuscount`: runs per status and pending interactions per kind, kept by triggers
+  on the runs and interactions tables in the transaction of every change (an INSERT, a status
+  UPDATE, a DELETE), on both databases, then backfilled from the tables as they are. On
+  PostgreSQL a connection adds to slot `mod(pg_backend_pid(), 8)` of a key, so concurrent workers
+  moving runs do not queue on one row; readers sum the slots. SQLite has one writer: one slot.
+- `agentops_run.sent_at`: the sweep hands a run over at most once per lease period.
+- Indexes for the runs list filtered by agent, and by agent and version, newest first.
+"""
+
+from typing import Any
+
+from django.db import migrations, models
+
+# Slots per key on PostgreSQL: enough for the workers of a deployment to rarely share one.
+SLOTS = 8
+
+COUNT = "agentops_statuscount"
+# The keys a row counts under, before and after the change.
+RUN_OLD, RUN_NEW = "'run:' || OLD.status", "'run:' || NEW.status"
+PENDING_OLD, PENDING_NEW = "'pending:' || OLD.kind", "'pending:' || NEW.kind"
+
+
+def _pg_add(key: str, delta: int) -> str:
+    return (
+        f"INSERT INTO {COUNT} (key, slot, n) "
+        f"VALUES ({key}, mod(pg_backend_pid(), {SLOTS}), {delta}) "
+        f"ON CONFLICT (key, slot) DO UPDATE SET n = {COUNT}.n + ({delta});"
+    )
+
+
+POSTGRES = [
+    f"""
+CREATE FUNCTION agentops_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN {_pg_add(RUN_OLD, -1)} END IF;
+    IF TG_OP <> 'DELETE' THEN {_pg_add(RUN_NEW, 1)} END IF;
+    RETURN NULL;
+END $$""",
+    f"""
+CREATE FUNCTION agentops_count_pending() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.status = 'pending' THEN
+        {_pg_add(PENDING_OLD, -1)}
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.status = 'pending' THEN
+        {_pg_add(PENDING_NEW, 1)}
+    END IF;
+    RETURN NULL;
+END $$""",
+    # The WHEN clause keeps the hot path's own updates (a lease renewal) free of the trigger.
+    "CREATE TRIGGER agentops_count_runs AFTER INSERT OR DELETE ON agentops_run "
+    "FOR EACH ROW EXECUTE FUNCTION agentops_count_runs()",
+    "CREATE TRIGGER agentops_count_runs_moved AFTER UPDATE OF status ON agentops_run "
+    "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) "
+    "EXECUTE FUNCTION agentops_count_runs()",
+    "CREATE TRIGGER agentops_count_pending AFTER INSERT OR DELETE ON agentops_interaction "
+    "FOR EACH ROW EXECUTE FUNCTION agentops_count_pending()",
+    "CREATE TRIGGER agentops_count_pending_moved AFTER UPDATE OF status ON agentops_interaction "
+    "FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) "
+    "EXECUTE FUNCTION agentops_count_pending()",
+]
+POSTGRES_DROP = [
+    "DROP TRIGGER IF EXISTS agentops_count_runs ON agentops_run",
+    "DROP TRIGGER IF EXISTS agentops_count_runs_moved ON agentops_run",
+    "DROP TRIGGER IF EXISTS agentops_count_pending ON agentops_interaction",
+    "DROP TRIGGER IF EXISTS agentops_count_pending_moved ON agentops_interaction",
+    "DROP FUNCTION IF EXISTS agentops_count_runs()",
+    "DROP FUNCTION IF EXISTS agentops_count_pending()",
+]
+
+
+def _sqlite_add(key: str) -> str:
+    return (
+        f"INSERT INTO {COUNT} (key, slot, n) VALUES ({key}, 0, 1) "
+        f"ON CONFLICT (key, slot) DO UPDATE SET n = n + 1;"
+    )
+
+
+def _sqlite_remove(key: str) -> str:
+    # The row exists: the run was counted when it got its status. (Django's flush of a test
+    # database deletes this table's rows before the runs': nothing is left behind then.)
+    return f"UPDATE {COUNT} SET n = n - 1 WHERE key = {key} AND slot = 0;"
+
+
+SQLITE = [
+    "CREATE TRIGGER agentops_count_runs_added AFTER INSERT ON agentops_run "
+    f"BEGIN {_sqlite_add(RUN_NEW)} END",
+    "CREATE TRIGGER agentops_count_runs_moved AFTER UPDATE OF status ON agentops_run "
+    "WHEN OLD.status IS NOT NEW.status "
+    f"BEGIN {_sqlite_remove(RUN_OLD)} {_sqlite_add(RUN_NEW)} END",
+    "CREATE TRIGGER agentops_count_runs_deleted AFTER DELETE ON agentops_run "
+    f"BEGIN {_sqlite_remove(RUN_OLD)} END",
+    "CREATE TRIGGER agentops_count_pending_added AFTER INSERT ON agentops_interaction "
+    f"WHEN NEW.status = 'pending' BEGIN {_sqlite_add(PENDING_NEW)} END",
+    "CREATE TRIGGER agentops_count_pending_left AFTER UPDATE OF status ON agentops_interaction "
+    "WHEN OLD.status = 'pending' AND NEW.status IS NOT 'pending' "
+    f"BEGIN {_sqlite_remove(PENDING_OLD)} END",
+    "CREATE TRIGGER agentops_count_pending_back AFTER UPDATE OF status ON agentops_interaction "
+    "WHEN NEW.status = 'pending' AND OLD.status IS NOT 'pending' "
+    f"BEGIN {_sqlite_add(PENDING_NEW)} END",
+    "CREATE TRIGGER agentops_count_pending_deleted AFTER DELETE ON agentops_interaction "
+    f"WHEN OLD.status = 'pending' BEGIN {_sqlite_remove(PENDING_OLD)} END",
+]
+SQLITE_DROP = [
+    f"DROP TRIGGER IF EXISTS {name}"
+    for name in (
+        "agentops_count_runs_added",
+        "agentops_count_runs_moved",
+        "agentops_count_runs_deleted",
+        "agentops_count_pending_added",
+        "agentops_count_pending_left",
+        "agentops_count_pending_back",
+        "agentops_count_pending_deleted",
+    )
+]
+
+# The counts as the tables hold them now, in slot 0 (the same statement on both databases).
+BACKFILL = [
+    f"DELETE FROM {COUNT}",
+    f"INSERT INTO {COUNT} (key, slot, n) "
+    "SELECT 'run:' || status, 0, count(*) FROM agentops_run GROUP BY status",
+    f"INSERT INTO {COUNT} (key, slot, n) "
+    "SELECT 'pending:' || kind, 0, count(*) FROM agentops_interaction "
+    "WHERE status = 'pending' GROUP BY kind",
+]
+
+
+def create(apps: Any, schema_editor: Any) -> None:
+    statements = POSTGRES if schema_editor.connection.vendor == "postgresql" else SQLITE
+    for statement in [*statements, *BACKFILL]:
+        schema_editor.execute(statement)
+
+
+def drop(apps: Any, schema_editor: Any) -> None:
+    vendor = schema_editor.connection.vendor
+    for statement in POSTGRES_DROP if vendor == "postgresql" else SQLITE_DROP:
+        schema_editor.execute(statement)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("agentops", "0007_approval_policy"),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name="StatusCount",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=60)),
+                ("slot", models.PositiveSmallIntegerField()),
+                ("n", models.BigIntegerField()),
+            ],
+            options={
+                "constraints": [
+                    models.UniqueConstraint(fields=("key", "slot"), name="one_count_per_key_slot")
+                ],
+            },
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="sent_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                fields=["agent", "version", "-created_at"], name="run_agent_version_created"
+            ),
+        ),
+        migrations.RunPython(create, drop),
+    ]
