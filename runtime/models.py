@@ -302,11 +302,18 @@ class Run(models.Model):
                 name="run_lease_expiry",
                 condition=Q(status="running"),
             ),
-            # Sweep and inbox: retry_wait runs ordered by their due time.
+            # Sweep and inbox: retry_wait runs ordered by their due time (then id, the inbox's
+            # tie-break, so its first 50 are read off the index).
             models.Index(
-                fields=["next_attempt_at"],
+                fields=["next_attempt_at", "id"],
                 name="run_retry_due",
                 condition=Q(status="retry_wait"),
+            ),
+            # Inbox: blocked runs, longest blocked first.
+            models.Index(
+                fields=["updated_at", "id"],
+                name="run_attention",
+                condition=Q(status="needs_attention"),
             ),
             # Console filters, version board and unregister checks: runs of an agent version.
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),

@@ -6,7 +6,12 @@
   PostgreSQL a connection adds to slot `mod(pg_backend_pid(), 8)` of a key, so concurrent workers
   moving runs do not queue on one row; readers sum the slots. SQLite has one writer: one slot.
 - `agentops_run.sent_at`: the sweep hands a run over at most once per lease period.
-- Indexes for the runs list filtered by agent, and by agent and version, newest first.
+- Indexes for the runs list filtered by agent, and by agent and version, newest first, and for
+  the inbox's queues of blocked runs and retry waits (their first 50 read off the index).
+
+On SQLite, a later migration that rebuilds agentops_run or agentops_interaction (Django remakes
+a table to alter most columns) drops their triggers with the old table: it must create them
+again (the statements are here, SQLITE), as tests/runtime/test_status_counts.py would show.
 """
 
 from typing import Any
@@ -177,6 +182,23 @@ class Migration(migrations.Migration):
             model_name="run",
             index=models.Index(
                 fields=["agent", "version", "-created_at"], name="run_agent_version_created"
+            ),
+        ),
+        migrations.RemoveIndex(model_name="run", name="run_retry_due"),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status", "retry_wait")),
+                fields=["next_attempt_at", "id"],
+                name="run_retry_due",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status", "needs_attention")),
+                fields=["updated_at", "id"],
+                name="run_attention",
             ),
         ),
         migrations.RunPython(create, drop),
