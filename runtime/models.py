@@ -338,22 +338,18 @@ class StatusCount(models.Model):
     are pending ("pending:<kind>"), so the inbox reads a few rows instead of counting a million.
 
     Kept by database triggers on the runs and interactions tables (migration 0008), in the
-    transaction of every change, whoever writes it: nothing in Python writes this table. A key
-    has several slots, summed on read: on PostgreSQL each connection adds to its own slot, so
-    concurrent workers do not queue on one row.
+    transaction of every change, whoever writes it: nothing in Python adds to this table. Each
+    change inserts its deltas (+1 for the new status, -1 for the old) and readers sum them: an
+    insert takes no lock that another worker waits for, where one row per status would queue
+    every worker moving a run (and deadlock two that move runs in opposite directions). The
+    sweep folds the deltas into one row per key (runtime.store.compact_counts).
     """
 
     key = models.CharField(max_length=60)
-    slot = models.PositiveSmallIntegerField()
     n = models.BigIntegerField()
 
-    class Meta:
-        constraints: ClassVar = [
-            models.UniqueConstraint(fields=["key", "slot"], name="one_count_per_key_slot")
-        ]
-
     def __str__(self) -> str:
-        return f"{self.key}[{self.slot}] = {self.n}"
+        return f"{self.key} {self.n:+d}"
 
 
 class OperationKind(models.TextChoices):

@@ -3,8 +3,8 @@
 - `agentops_statuscount`: runs per status and pending interactions per kind, kept by triggers
   on the runs and interactions tables in the transaction of every change (an INSERT, a status
   UPDATE, a DELETE), on both databases, then backfilled from the tables as they are. On
-  PostgreSQL a connection adds to slot `mod(pg_backend_pid(), 8)` of a key, so concurrent workers
-  moving runs do not queue on one row; readers sum the slots. SQLite has one writer: one slot.
+  PostgreSQL a change inserts its deltas, which take no lock another writer waits for; readers
+  sum them, and the sweep folds them into one row per key. SQLite keeps one row per key.
 - `agentops_run.sent_at`: the sweep hands a run over at most once per lease period.
 - Indexes for the runs list filtered by agent, and by agent and version, newest first, and for
   the inbox's queues of blocked runs and retry waits (their first 50 read off the index).
@@ -18,40 +18,29 @@ from typing import Any
 
 from django.db import migrations, models
 
-# Slots per key on PostgreSQL: enough for the workers of a deployment to rarely share one.
-SLOTS = 8
-
 COUNT = "agentops_statuscount"
 # The keys a row counts under, before and after the change.
 RUN_OLD, RUN_NEW = "'run:' || OLD.status", "'run:' || NEW.status"
 PENDING_OLD, PENDING_NEW = "'pending:' || OLD.kind", "'pending:' || NEW.kind"
 
 
-def _pg_add(key: str, delta: int) -> str:
-    return (
-        f"INSERT INTO {COUNT} (key, slot, n) "
-        f"VALUES ({key}, mod(pg_backend_pid(), {SLOTS}), {delta}) "
-        f"ON CONFLICT (key, slot) DO UPDATE SET n = {COUNT}.n + ({delta});"
-    )
+def _add(key: str, delta: int) -> str:
+    return f"INSERT INTO {COUNT} (key, n) VALUES ({key}, {delta});"
 
 
 POSTGRES = [
     f"""
 CREATE FUNCTION agentops_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP <> 'INSERT' THEN {_pg_add(RUN_OLD, -1)} END IF;
-    IF TG_OP <> 'DELETE' THEN {_pg_add(RUN_NEW, 1)} END IF;
+    IF TG_OP <> 'INSERT' THEN {_add(RUN_OLD, -1)} END IF;
+    IF TG_OP <> 'DELETE' THEN {_add(RUN_NEW, 1)} END IF;
     RETURN NULL;
 END $$""",
     f"""
 CREATE FUNCTION agentops_count_pending() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP <> 'INSERT' AND OLD.status = 'pending' THEN
-        {_pg_add(PENDING_OLD, -1)}
-    END IF;
-    IF TG_OP <> 'DELETE' AND NEW.status = 'pending' THEN
-        {_pg_add(PENDING_NEW, 1)}
-    END IF;
+    IF TG_OP <> 'INSERT' AND OLD.status = 'pending' THEN {_add(PENDING_OLD, -1)} END IF;
+    IF TG_OP <> 'DELETE' AND NEW.status = 'pending' THEN {_add(PENDING_NEW, 1)} END IF;
     RETURN NULL;
 END $$""",
     # The WHEN clause keeps the hot path's own updates (a lease renewal) free of the trigger.
@@ -76,20 +65,21 @@ POSTGRES_DROP = [
 ]
 
 
+# SQLite has one writer at a time: nothing to queue on, so one row per key, kept in place. A
+# decrement updates the row its run was counted in; it inserts nothing, so that Django's flush
+# of a test database, deleting this table's rows before or after the runs', leaves none behind.
 def _sqlite_add(key: str) -> str:
     return (
-        f"INSERT INTO {COUNT} (key, slot, n) VALUES ({key}, 0, 1) "
-        f"ON CONFLICT (key, slot) DO UPDATE SET n = n + 1;"
+        f"INSERT INTO {COUNT} (key, n) VALUES ({key}, 1) ON CONFLICT (key) DO UPDATE SET n = n + 1;"
     )
 
 
 def _sqlite_remove(key: str) -> str:
-    # The row exists: the run was counted when it got its status. (Django's flush of a test
-    # database deletes this table's rows before the runs': nothing is left behind then.)
-    return f"UPDATE {COUNT} SET n = n - 1 WHERE key = {key} AND slot = 0;"
+    return f"UPDATE {COUNT} SET n = n - 1 WHERE key = {key};"
 
 
 SQLITE = [
+    f"CREATE UNIQUE INDEX statuscount_key ON {COUNT} (key)",
     "CREATE TRIGGER agentops_count_runs_added AFTER INSERT ON agentops_run "
     f"BEGIN {_sqlite_add(RUN_NEW)} END",
     "CREATE TRIGGER agentops_count_runs_moved AFTER UPDATE OF status ON agentops_run "
@@ -119,15 +109,15 @@ SQLITE_DROP = [
         "agentops_count_pending_back",
         "agentops_count_pending_deleted",
     )
-]
+] + ["DROP INDEX IF EXISTS statuscount_key"]
 
-# The counts as the tables hold them now, in slot 0 (the same statement on both databases).
+# The counts as the tables hold them now (the same statements on both databases).
 BACKFILL = [
     f"DELETE FROM {COUNT}",
-    f"INSERT INTO {COUNT} (key, slot, n) "
-    "SELECT 'run:' || status, 0, count(*) FROM agentops_run GROUP BY status",
-    f"INSERT INTO {COUNT} (key, slot, n) "
-    "SELECT 'pending:' || kind, 0, count(*) FROM agentops_interaction "
+    f"INSERT INTO {COUNT} (key, n) "
+    "SELECT 'run:' || status, count(*) FROM agentops_run GROUP BY status",
+    f"INSERT INTO {COUNT} (key, n) "
+    "SELECT 'pending:' || kind, count(*) FROM agentops_interaction "
     "WHERE status = 'pending' GROUP BY kind",
 ]
 
@@ -160,14 +150,8 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("key", models.CharField(max_length=60)),
-                ("slot", models.PositiveSmallIntegerField()),
                 ("n", models.BigIntegerField()),
             ],
-            options={
-                "constraints": [
-                    models.UniqueConstraint(fields=("key", "slot"), name="one_count_per_key_slot")
-                ],
-            },
         ),
         migrations.AddField(
             model_name="run",

@@ -39,6 +39,7 @@ from runtime.store.dialect import connection, dialect_of
 from runtime.store.events import event
 from runtime.store.reads import (
     Counts,
+    compact_counts,
     counts,
     due_run_ids,
     intents_since_a_person_acted,
@@ -84,6 +85,7 @@ __all__ = [
     "claim",
     "claim_item",
     "close_interactions",
+    "compact_counts",
     "counts",
     "create_run",
     "create_session",

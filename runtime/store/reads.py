@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Sum
 
 from runtime import clock
 from runtime.models import RUNTIME, Event, EventKind, Run, StatusCount
@@ -43,27 +44,6 @@ def due_run_ids(limit: int = 500) -> list[uuid.UUID]:
         return [uuid.UUID(str(row[0])) for row in cursor.fetchall()]
 
 
-@dataclass(frozen=True)
-class Counts:
-    """Runs by status and pending interactions by kind, as the triggers of migration 0008 keep
-    them (statuses and kinds with none are absent)."""
-
-    runs: dict[str, int]
-    pending: dict[str, int]
-
-
-def counts() -> Counts:
-    """The kept counts, in one query over a few rows: no table is scanned, whatever its size."""
-    runs: dict[str, int] = {}
-    pending: dict[str, int] = {}
-    rows = StatusCount.objects.values_list("key", "n")
-    for key, n in rows:
-        table, _, value = key.partition(":")
-        into = runs if table == "run" else pending
-        into[value] = into.get(value, 0) + n
-    return Counts(runs=runs, pending=pending)
-
-
 def intents_since_a_person_acted(run: Run, key: str) -> int:
     """Intents written for `key` since a person last acted on the run (submitted, retried,
     resolved, …): the attempts an operation has made on its own, for its crash budget."""
@@ -84,3 +64,41 @@ def last_word_is_outcome(run: Run, key: str) -> bool:
         .first()
     )
     return last is not None and last["kind"] == EventKind.OUTCOME and last["operation_key"] == key
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Runs by status and pending interactions by kind, as the triggers of migration 0008 keep
+    them (statuses and kinds with none are absent)."""
+
+    runs: dict[str, int]
+    pending: dict[str, int]
+
+
+def counts() -> Counts:
+    """The kept counts, in one query over a few rows: no table is scanned, whatever its size."""
+    runs: dict[str, int] = {}
+    pending: dict[str, int] = {}
+    rows = StatusCount.objects.order_by().values_list("key").annotate(total=Sum("n"))
+    for key, total in rows:
+        table, _, value = key.partition(":")
+        if total:
+            (runs if table == "run" else pending)[value] = int(total)
+    return Counts(runs=runs, pending=pending)
+
+
+# The deltas the PostgreSQL triggers inserted, folded into one row per key. Of sweeps racing,
+# each delta is taken by one: a row another deletes is skipped once that one commits.
+_COMPACT = f"""
+WITH taken AS (DELETE FROM {StatusCount._meta.db_table} RETURNING key, n)
+INSERT INTO {StatusCount._meta.db_table} (key, n)
+SELECT key, sum(n) FROM taken GROUP BY key HAVING sum(n) <> 0"""
+
+
+def compact_counts() -> None:
+    """The sweep's step: fold the kept counts' deltas, so that reading them stays a few rows.
+    (SQLite's triggers keep one row per key already.)"""
+    db = connection()
+    if db.vendor == "postgresql":
+        with db.cursor() as cursor:
+            cursor.execute(_COMPACT)

@@ -3,15 +3,12 @@ every kind of change a run or an interaction goes through, on both databases."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 
-from runtime import bulk, cancel, fork, respond, store, submit
-from runtime.clock import frozen
+from runtime import bulk, cancel, fork, respond, resume, store, submit
 from runtime.llm.scripted import say
 from runtime.models import (
     Interaction,
@@ -103,23 +100,27 @@ def test_the_inbox_reads_the_kept_counts_not_the_runs(define, effects, django_as
     assert "agentops_run" not in captured.captured_queries[0]["sql"]
 
 
-def test_concurrent_writers_add_to_slots_that_sum_to_the_count(define, effects, on_postgres):
-    """On PostgreSQL each connection adds to its own slot (its backend pid modulo 8): the sum
-    over the slots is the count. A slot written by another connection is summed all the same."""
+def test_the_sweep_folds_the_deltas_into_one_row_per_key(define, effects, on_postgres):
+    """On PostgreSQL every change inserts its deltas (no row lock for workers to queue on);
+    the sweep folds them, and the counts read the same before and after."""
     define(make_agent([say("done")], name="clerk"))
-    with frozen(dt.datetime(2026, 1, 1, tzinfo=dt.UTC)):
-        submit("clerk", "a", actor="alice")
-    slots = set(StatusCount.objects.values_list("slot", flat=True))
+    for i in range(3):
+        run_until_idle(submit("clerk", f"c{i}", actor="alice").pk)
+    submit("clerk", "q", actor="alice")
+    before = kept()
+    rows = StatusCount.objects.count()
     if on_postgres:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT mod(pg_backend_pid(), 8)")
-            assert slots == {cursor.fetchone()[0]}
-        # Another connection's slot, as if another worker had submitted.
-        other = (next(iter(slots)) + 1) % 8
-        StatusCount.objects.create(key=f"run:{RunStatus.QUEUED}", slot=other, n=2)
-        assert store.counts().runs[RunStatus.QUEUED] == 3
-    else:
-        assert slots == {0}
+        assert rows > len(before[0])  # submitted, claimed, completed: deltas of each move
+    resume()  # the sweep
+    assert kept() == before == counted()
+    folded = dict(StatusCount.objects.values_list("key", "n"))
+    assert len(folded) == StatusCount.objects.count()  # one row per key
+    assert {key: n for key, n in folded.items() if n} == {
+        f"run:{RunStatus.COMPLETED}": 3,
+        f"run:{RunStatus.QUEUED}": 1,
+    }
+    if not on_postgres:
+        assert StatusCount.objects.count() == rows  # SQLite's triggers kept one row per key
 
 
 @pytest.mark.django_db(transaction=True)
