@@ -243,7 +243,8 @@ def _search(q: str) -> Q:
     if connection.vendor == "postgresql":
         # One subquery of ids, each of its parts read from an index; an OR of the parts in the
         # runs' own WHERE would make PostgreSQL read every run to test it.
-        sql, params = _PG_SEARCH, [_like_pattern(q)] * _PG_SEARCH.count("%s")
+        sql = _PG_SEARCH
+        params: list[Any] = [_like_pattern(q)] * _PG_SEARCH.count("%s")
         if ids:
             sql += _PG_ID_RANGE
             params += [*ids, *ids]
