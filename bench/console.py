@@ -63,9 +63,11 @@ class Seeded:
 
         from bench import scenario
         from runtime import register
+        from runtime.models import AgentVersion
 
         call_command("migrate", verbosity=0, interactive=False)
-        register([scenario.bench_agent], actor="bench")
+        if not AgentVersion.objects.filter(agent=scenario.bench_agent.name).exists():
+            register([scenario.bench_agent], actor="bench")  # a kept database has it already
         self.fingerprint = scenario.bench_agent.fingerprint
         self.events_per_run = int(options["events_per_run"])
         self.seeded = int(options.get("seeded", 0))
