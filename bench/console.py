@@ -306,6 +306,7 @@ def _report(
                 value["p50_ms"],
                 value["p95_ms"],
                 value["queries"],
+                sum(value["query_ms"]),
                 base["p50_ms"],
                 base["queries"],
             ]
@@ -316,14 +317,15 @@ def _report(
         f"{seeded['rows']['event']:,} events, {seeded['rows']['operation']:,} operations, "
         f"{seeded['rows']['interaction']:,} pending approvals ({seeded['how']}); baseline: "
         f"the same pages with "
-        f"{small:,} runs. Server time in ms over {requests} requests per page."
+        f'{small:,} runs. Server time in ms over {requests} requests per page; "their ms": '
+        "the time of the page's queries in its last request."
     )
     print()
     print(
         harness.table(
-            ["page", "p50", "p95", "queries", "baseline p50", "baseline queries"],
+            ["page", "p50", "p95", "queries", "their ms", "baseline p50", "baseline queries"],
             rows,
-            align="lrrrrr",
+            align="lrrrrrr",
         )
     )
     worst = max(value["p95_ms"] for value in at_scale.values())
