@@ -4,8 +4,9 @@
 agent version, and walks the turn loop from the start. Every model request and tool call has
 a deterministic key; a call whose outcome is in the log is replayed from it, a call with an
 intent but no outcome goes through its recovery policy, and a new call is run between an
-intent write and an outcome write. The loop stops when the run completes, fails or needs a
-person; each of those is one fenced transition.
+intent write and an outcome write. A call's outcome is held and committed with the next call's
+intent (or the run's move), one commit per call (runtime/store/worker.py). The loop stops
+when the run completes, fails or needs a person; each of those is one fenced transition.
 
 Nothing loops unbounded (C13, C14): every claim counts as a crash until it ends in such a
 transition, and a run whose claims keep crashing (a dead worker, an unexpected exception) goes
@@ -436,12 +437,12 @@ class _Turn:
             store.write_outcome(
                 self.run, op, status=OperationStatus.FAILED, result=stopped, error=stop, usage=usage
             )
-            faults.reach("after_outcome", self.run, key, "model")
             self._model_stopped(op, stop)
+        # Held: the next record (a tool's intent, the next request's, the run's completion)
+        # commits it (runtime/faults.py says where its windows lie).
         store.write_outcome(
-            self.run, op, status=OperationStatus.COMPLETED, result=result, usage=usage
+            self.run, op, status=OperationStatus.COMPLETED, result=result, usage=usage, hold=True
         )
-        faults.reach("after_outcome", self.run, key, "model")
         return response
 
     def _before_model_attempt(self, agent: Agent, op: Operation) -> None:
@@ -468,18 +469,17 @@ class _Turn:
             store.write_outcome(
                 self.run, op, status=OperationStatus.FAILED, result=stopped, error=exc.message
             )
-            faults.reach("after_outcome", self.run, op.key, "model")
             self._model_stopped(op, "prompt_too_long")
         if isinstance(exc, ModelError):
             message, transient, retry_after = exc.message, exc.transient, exc.retry_after
         else:  # an adapter's unexpected error: no reason to think waiting heals it
             message, transient, retry_after = f"{type(exc).__name__}: {exc}", False, None
         failure = {"transient": transient, "retry_after": retry_after}
+        # Committed alone: a crash after it leaves the failed outcome without the run's move
+        # (see _before_model_attempt).
         store.write_outcome(
             self.run, op, status=OperationStatus.FAILED, result=failure, error=message
         )
-        # A crash here leaves the failed outcome without the run's move: see _before_model_attempt.
-        faults.reach("after_outcome", self.run, op.key, "model")
         self._after_model_error(agent, op, message, transient=transient, retry_after=retry_after)
 
     def _after_failed_outcome(self, agent: Agent, op: Operation) -> None:
@@ -652,10 +652,15 @@ class _Turn:
             result, is_error = self._invoke(tool, args, op)
             span.tool_outcome(is_error)
         faults.reach("after_handler", self.run, key, tool.name)
+        # Held, as a model request's: the next record commits it.
         store.write_outcome(
-            self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=is_error
+            self.run,
+            op,
+            status=OperationStatus.COMPLETED,
+            result=result,
+            is_error=is_error,
+            hold=True,
         )
-        faults.reach("after_outcome", self.run, key, tool.name)
         return _result_block(use.id, result, is_error, edit)
 
     def _invoke(self, tool: Tool, args: BaseModel, op: Operation) -> tuple[Any, bool]:
