@@ -196,6 +196,7 @@ class Records:
             "held": "running",
             "lease": later,
             "now": self.now,
+            "pausable": True,  # an intent's fence is also the pause point
         }
         self.ops: dict[str, int] = {}
         self.held: dict[str, Any] = {}

@@ -22,6 +22,8 @@ import os
 import re
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from django.conf import settings
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
-from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
+from runtime.errors import InvalidInput, LeaseLost, ModelError, PauseRequested, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
     ApprovalReceipt,
@@ -298,8 +300,19 @@ class _Turn:
             steps=agent.max_steps,
         )
 
-    def _pause_point(self) -> None:
-        """A durable boundary (no call in flight): pause here if an operator asked to."""
+    @contextmanager
+    def _pause_point(self) -> Iterator[None]:
+        """A call's intent, the durable boundary where an operator's pause takes effect: the
+        intent's own fence refuses it then (no read of its own per call), and the run pauses
+        with the outcome the intent would have carried."""
+        try:
+            yield
+        except PauseRequested:
+            surgery_store.enter_pause(self.run)
+            raise _Stop from None
+
+    def _pause_before_asking(self) -> None:
+        """Before asking a person (no intent to refuse): pause here if an operator asked to."""
         if surgery_store.pause_requested(self.run):
             surgery_store.enter_pause(self.run)
             raise _Stop
@@ -398,18 +411,18 @@ class _Turn:
             return ModelResponse.model_validate(op.result)
         if op is not None:
             self._before_model_attempt(agent, op)
-        self._pause_point()
         faults.reach("before_intent", self.run, key, "model")
-        op = store.write_intent(
-            self.run,
-            op,
-            key=key,
-            kind=OperationKind.MODEL,
-            name=agent.model,
-            policy="",
-            input=saved_input,
-            input_hash=input_hash,
-        )
+        with self._pause_point():
+            op = store.write_intent(
+                self.run,
+                op,
+                key=key,
+                kind=OperationKind.MODEL,
+                name=agent.model,
+                policy="",
+                input=saved_input,
+                input_hash=input_hash,
+            )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, "model")
         try:
@@ -634,18 +647,18 @@ class _Turn:
             if attempts >= operation_attempts():
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
-        self._pause_point()
         faults.reach("before_intent", self.run, key, tool.name)
-        op = self._tool_intent(
-            op,
-            interaction,
-            key=key,
-            name=tool.name,
-            policy=policy,
-            saved_input=saved_input,
-            input_hash=input_hash,
-            rerun=rerun,
-        )
+        with self._pause_point():
+            op = self._tool_intent(
+                op,
+                interaction,
+                key=key,
+                name=tool.name,
+                policy=policy,
+                saved_input=saved_input,
+                input_hash=input_hash,
+                rerun=rerun,
+            )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
         with tracing.tool_span(self.run, op) as span:
@@ -687,7 +700,7 @@ class _Turn:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
-            self._pause_point()
+            self._pause_before_asking()
             if tool.is_question:
                 kind, payload = InteractionKind.QUESTION, args.model_dump(mode="json")
             else:

@@ -16,7 +16,7 @@ import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import transaction
@@ -24,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from runtime import clock, faults
-from runtime.errors import LeaseLost
+from runtime.errors import LeaseLost, PauseRequested
 from runtime.models import (
     EventKind,
     Interaction,
@@ -173,6 +173,7 @@ def _record(
             "held": held,
             "lease": dialect.moment(db, _lease(now)),
             "now": dialect.moment(db, now),
+            "pausable": False,
         }
         if carrying is not None:
             params.update(carrying.params)
@@ -206,13 +207,32 @@ def _published(
 # --- the two records of a call ------------------------------------------------------------------
 
 
+def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
+    """A fenced record wrote nothing: the run is no longer ours (LeaseLost), or an intent met
+    an operator's pause (PauseRequested; the outcome it carried is held again, for the pause's
+    own move to carry)."""
+    ours = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING)
+    if pausable and ours.exclude(pause_requested_by="").exists():
+        if carried is not None:
+            run.__dict__[_HELD] = carried
+        raise PauseRequested(run.pk)
+    raise LeaseLost(run.pk)
+
+
 def _insert_operation(
-    run: Run, now: dt.datetime, *, event_kind: EventKind, data: dict[str, Any], **fields: Any
+    run: Run,
+    now: dt.datetime,
+    *,
+    event_kind: EventKind,
+    data: dict[str, Any],
+    pausable: bool = False,
+    **fields: Any,
 ) -> Operation:
     """A new operation row and its event, fenced; the Operation as `objects.create` returns it."""
     carried = _take_held(run)
     with _record(run, now, atomic=False, carrying=carried) as (db, dialect, cursor, params):
         params.update(
+            pausable=pausable,
             key=fields["key"],
             kind=fields["kind"],
             name=fields["name"],
@@ -228,7 +248,7 @@ def _insert_operation(
         )
         written = dialect.new_operation(db, cursor, params, carried=carried is not None)
         if written is None:
-            raise LeaseLost(run.pk)
+            _refused(run, carried, pausable=params["pausable"])
     event_ids, operation_id = written
     _published(run, db, carried, event_ids, [Written(run.pk, event_kind, fields["key"], data, now)])
     op = Operation(id=operation_id, run=run, attempts=1, intent_at=now, **fields)
@@ -250,7 +270,8 @@ def write_intent(
     rerun: str = "",
 ) -> Operation:
     """Write 1 of 2: the operation's full input, committed before it is dispatched (with the
-    held outcome of the call before it, if any).
+    held outcome of the call before it, if any). It is the engine's pause point: if an operator
+    asked the run to pause, it writes nothing and raises PauseRequested.
 
     `rerun` says, in the intent's event, why an operation with an earlier intent runs again.
     """
@@ -261,6 +282,7 @@ def write_intent(
             now,
             event_kind=EventKind.INTENT,
             data={"call": kind, "name": name, "attempt": 1},
+            pausable=True,
             key=key,
             kind=kind,
             name=name,
@@ -276,6 +298,7 @@ def write_intent(
     carried = _take_held(run)
     with _record(run, now, atomic=False, carrying=carried) as (db, dialect, cursor, params):
         params.update(
+            pausable=True,
             op=existing.pk,
             attempts=attempts,
             key=key,
@@ -284,7 +307,7 @@ def write_intent(
         )
         ids = dialect.update_operation(db, cursor, "reintent", params, carried=carried is not None)
         if ids is None:
-            raise LeaseLost(run.pk)
+            _refused(run, carried, pausable=True)
     _published(run, db, carried, ids, [Written(run.pk, EventKind.INTENT, key, data, now)])
     op = existing
     op.status, op.attempts, op.intent_at = OperationStatus.STARTED, attempts, now
