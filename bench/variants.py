@@ -149,11 +149,12 @@ class BoundPostgres(_Bound):
 
 class Records:
     """The floor of our data model: the plain loop writing exactly the records our runtime
-    writes — the store's own statements (fence + operation + event per record), on their own
-    DB-API connection with the same settings — and nothing else: no Django, no engine.
+    writes — the store's own statements (fence + operation + event per record, each outcome
+    held and carried by the next intent: one commit per call), on their own DB-API connection
+    with the same settings — and nothing else: no Django, no engine.
 
     What separates it from the bound is the data model (three rows and their indexes per
-    record, the outcome's transaction); what separates our runtime from it is our Python.
+    record, two records per commit); what separates our runtime from it is our Python.
     """
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -327,8 +328,8 @@ class AgentOps:
         return {
             "records_per_run": 2 * operations,
             "rows_per_run": (
-                f"per run {operations} operations (each written twice), {events} events, "
-                f"{events} commits"
+                f"per run {operations} operations (each written twice), {events} events; "
+                "each outcome commits with the next intent (bench.throughput --count counts)"
             ),
             "settings": settings,
         }
