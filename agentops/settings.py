@@ -80,6 +80,8 @@ if AGENTOPS_DEMO:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before the NUL refusal, so that its answers carry the headers too.
+    "agentops.middleware.PrivacyHeadersMiddleware",
     "agentops.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
