@@ -179,7 +179,7 @@ def test_the_scope_does_not_lift_the_accounts_permission(high_risk):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("strong", [False, True], ids=["respond", "respond+high_risk"])
-def test_the_cli_follows_the_apis_rule(
+def test_the_cli_follows_the_apis_rule(  # noqa: PLR0917 - fixtures
     high_risk, strong, live_server, monkeypatch, capsys, keep_connections
 ):
     scopes = ["read", "respond", *(["respond_high_risk"] if strong else [])]
