@@ -11,6 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from agentops.integrations import notifications, webhooks
 from agentops.integrations.kinds import KIND_CHOICES
@@ -175,6 +177,11 @@ class NotificationRouteAdmin(admin.ModelAdmin):
     form = RouteForm
     list_display = ("name", "channel", "group", "kinds", "enabled", "slack_url_hint")
     list_filter = ("channel", "enabled")
+
+    # The Slack URL is a secret: an error while saving must not put it in the error report.
+    @method_decorator(sensitive_post_parameters("slack_url"))
+    def changeform_view(self, *args: Any, **kwargs: Any) -> Any:
+        return super().changeform_view(*args, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if form.cleaned_data.get("slack_url"):

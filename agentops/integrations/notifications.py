@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -218,6 +219,16 @@ def email_text(message: dict[str, Any]) -> tuple[str, str]:
 # --- sending -------------------------------------------------------------------------------------
 
 
+def _without_secret(text: str, url: str) -> str:
+    """`text` with the Slack URL taken out: its path is the secret, and an error message or a
+    proxy's answer may quote it back into the delivery log."""
+    secret_path = urlsplit(url).path if url else ""
+    for secret in (url, secret_path if len(secret_path) > 1 else ""):
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
 def send(held: outbox.Claim) -> str | None:
     """Send one claimed notification and record the attempt; its status (None: claim lost)."""
     notification = outbox.still_claimed(Notification, held)
@@ -228,13 +239,11 @@ def send(held: outbox.Claim) -> str | None:
     status_code: int | None = None
     give_up = False
     retry_after = None
+    url = ""
     try:
         if route.channel == Channel.SLACK:
-            reply = outbound.post(
-                secrets.unseal(route.slack_url_sealed),
-                json.dumps(slack_blocks(message)).encode(),
-                {},
-            )
+            url = secrets.unseal(route.slack_url_sealed)
+            reply = outbound.post(url, json.dumps(slack_blocks(message)).encode(), {})
             status_code, text, retry_after = reply.status, reply.body, reply.retry_after
             # Slack answers 200 "ok"; 4xx other than 429 (invalid_payload, channel_not_found,
             # no_service, …) will not heal by trying again.
@@ -248,6 +257,7 @@ def send(held: outbox.Claim) -> str | None:
         delivered, give_up, text = False, True, f"refused: {exc}"
     except Exception as exc:  # the service is down or slow: retried
         delivered, text = False, f"{type(exc).__name__}: {exc}"
+    text = _without_secret(text, url)
     status = outbox.finish(
         Notification,
         held,
