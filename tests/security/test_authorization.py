@@ -14,13 +14,15 @@ import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 
 from agentops.api.models import Scope
-from runtime.models import Event
+from runtime.models import ApprovalRule, ApprovalVote, Event, InteractionStatus
+from runtime.testing import run_until_idle
 from tests.api.conftest import ALL_SCOPES, Api, error_of, make_account, make_token
 from tests.security.conftest import PERSONAS, everything
 from tests.security.test_csrf import fill
+from tests.support.personas import logged_in
 
 # What differs between two renders of one page: the masked CSRF token, the server's clock.
 VOLATILE = re.compile(r"[A-Za-z0-9]{64}|\d{4}-\d\d-\d\dT[\d:.]+\+00:00")
@@ -291,3 +293,92 @@ def test_an_account_in_no_group_reads_nothing(scene, unlimited):
         assert response.status_code == 403, (method, path)
         assert scene["waiting"].input not in response.content.decode()
     assert everything() == before
+
+
+# --- Approval rules and claims: the same answer on every interface ----------------------------
+
+INTERFACES = ["form", "htmx", "api"]
+PEOPLE = {"alice": ("approvers", "submitters"), "ann": ("approvers",), "bob": ("approvers",)}
+PEOPLE["olaf"] = ("operators",)
+
+
+class Desk:
+    """The people of an approval rule's test, as console users or as service accounts."""
+
+    def __init__(self, interface: str) -> None:
+        self.interface = interface
+        self.tokens: dict[str, str] = {}
+        for name, groups in PEOPLE.items():
+            if interface == "api":
+                self.tokens[name] = make_token(make_account(name, groups), ["respond", "submit"])
+            else:
+                User.objects.create(username=name).groups.add(
+                    *Group.objects.filter(name__in=groups)
+                )
+
+    def start(self, world: Any) -> Any:
+        """A refund run started by alice, waiting for approval."""
+        if self.interface != "api":
+            return world.pending(world.run("waiting"))
+        started = Api(self.tokens["alice"]).post(
+            "/runs", {"agent": "approvals", "message": "please refund order A1"}
+        )
+        assert started.status_code in (200, 201), started.content
+        return world.pending(run_until_idle(started.json()["id"]))
+
+    def approve(self, name: str, interaction: Any) -> Any:
+        if self.interface == "api":
+            api = Api(self.tokens[name])
+            return api.post(f"/interactions/{interaction.pk}/respond", {"approved": True})
+        headers = {"HTTP_HX_REQUEST": "true"} if self.interface == "htmx" else {}
+        client = logged_in(User.objects.get(username=name))
+        url = f"/interactions/{interaction.pk}/respond/"
+        return client.post(url, {"decision": "approve"}, **headers)
+
+
+def refused(response: Any, interface: str) -> None:
+    assert response.status_code == 409, response.content[:300]
+    if interface == "api":
+        assert error_of(response) == "approval_refused"
+
+
+@pytest.mark.parametrize("interface", INTERFACES)
+def test_an_approval_rule_is_enforced_alike_on_every_interface(world, interface, unlimited):
+    ApprovalRule.objects.create(
+        name="two approvers",
+        agent="approvals",
+        tool="refund",
+        approver_group=Group.objects.get(name="approvers"),
+        quorum=2,
+        four_eyes=True,
+    )
+    desk = Desk(interface)
+    ruled = desk.start(world)
+    before = everything()
+    refused(desk.approve("olaf", ruled), interface)  # an operator, not in the group
+    refused(desk.approve("alice", ruled), interface)  # four-eyes: she started the run
+    assert everything() == before
+    assert desk.approve("ann", ruled).status_code in (200, 302)  # one of two
+    desk.approve("ann", ruled)  # the same person twice is still one
+    ruled.refresh_from_db()
+    assert ruled.status == InteractionStatus.PENDING
+    assert ApprovalVote.objects.filter(interaction=ruled).count() == 1
+    assert desk.approve("bob", ruled).status_code in (200, 302)
+    ruled.refresh_from_db()
+    assert ruled.status == InteractionStatus.ANSWERED
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["form", "htmx"])
+def test_a_claim_is_the_claimers_to_release(personas, scene, htmx):
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    url = f"/interactions/{scene['to_claim'].pk}/"
+    approver, operator = personas("approver"), personas("operator")
+    assert approver.post(url + "claim/", **headers).status_code in (200, 302)
+    before = everything()
+    # Another person can neither claim it over the holder nor release the holder's claim.
+    assert operator.post(url + "claim/", **headers).status_code == 409
+    assert operator.post(url + "release/", **headers).status_code == 409
+    assert personas("viewer").post(url + "release/", **headers).status_code == 403
+    assert everything() == before
+    assert approver.post(url + "release/", **headers).status_code in (200, 302)
+    assert everything() != before
