@@ -24,6 +24,7 @@ from agentops.integrations.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from agentops.templatetags.console import reveal
 
 
 def _secret_page(request: HttpRequest, obj: Any, secret: str, title: str) -> HttpResponse:
@@ -134,7 +135,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
     list_display = (
         "event_id",
-        "subscription",
+        "subscription_name",
         "status",
         "attempts",
         "last_status_code",
@@ -145,9 +146,14 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     list_filter = ("status", "subscription")
     list_select_related = ("subscription",)
 
+    # A receiver's answer is its text, not ours: invisible characters shown by code point.
     @admin.display(description="Last response")
     def response_excerpt(self, obj: WebhookDelivery) -> str:
-        return obj.last_response[:120]
+        return reveal(obj.last_response[:120])
+
+    @admin.display(description="subscription", ordering="subscription__name")
+    def subscription_name(self, obj: WebhookDelivery) -> str:
+        return reveal(obj.subscription.name)
 
 
 class RouteForm(forms.ModelForm):
