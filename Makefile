@@ -63,6 +63,8 @@ soak: install
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
 		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \
 		$(BIN)/pytest tests/reliability/test_races.py tests/fuzz tests/api/test_schema.py $(PYTEST_ARGS)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench.load --minutes 5
 
 # Benchmarks (bench/): each prints its figures beside a baseline measured in the same run.
 bench: install

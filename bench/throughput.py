@@ -8,6 +8,7 @@ every run of it has completed. Setups, each timed in the same interleaved rounds
   direct     baseline: submit() and advance() in one process, one run after the other, no broker;
   celery-1   PostgreSQL + Redis, 1 `celery -A agentops worker --pool=solo` process;
   celery-2   the same with 2 worker processes;
+  celery-4   the same with 4 worker processes;
   embedded   SQLite, the in-process worker of `manage.py serve` (EmbeddedWorker, its default
              AGENTOPS_EMBEDDED_CONCURRENCY task threads) on the memory:// broker;
   direct-sqlite  baseline of the embedded setup: submit() and advance() on the same SQLite.
@@ -41,7 +42,8 @@ from bench.harness import Variant
 from tests.support.processes import worker_command
 
 CALLS = 31
-DATABASE = "agentops_bench_throughput"
+# Another name (agentops_bench_*) lets two checkouts on one server measure at the same time.
+DATABASE = os.environ.get("BENCH_THROUGHPUT_DATABASE", "agentops_bench_throughput")
 REDIS_DEFAULT = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
 BROKER_DB, CHANNELS_DB = 12, 13
 
@@ -316,7 +318,7 @@ def _measure(
                 counts[name] = drivers[name].request(cmd="call", method="count")["result"]
         configs: list[tuple[str, int]] = [(name, 0) for name in drivers if name not in ("celery",)]
         if "celery" in drivers:
-            configs[1:1] = [("celery-1", 1), ("celery-2", 2)]
+            configs[1:1] = [("celery-1", 1), ("celery-2", 2), ("celery-4", 4)]
         for number in range(1, args.rounds + 1):
             for label, processes in configs:
                 if processes:
@@ -354,6 +356,7 @@ def _report(results: dict[str, Any], args: Any) -> str:
     baseline = {
         "celery-1": "direct",
         "celery-2": "direct",
+        "celery-4": "direct",
         "direct": "direct",
         "embedded": "direct-sqlite",
         "direct-sqlite": "direct-sqlite",
@@ -362,6 +365,7 @@ def _report(results: dict[str, Any], args: Any) -> str:
         "direct": ("PostgreSQL", "direct: submit + advance in one process (baseline)"),
         "celery-1": ("PostgreSQL + Redis", "1 Celery worker process (solo pool)"),
         "celery-2": ("PostgreSQL + Redis", "2 Celery worker processes (solo pool)"),
+        "celery-4": ("PostgreSQL + Redis", "4 Celery worker processes (solo pool)"),
         "direct-sqlite": ("SQLite", "direct: submit + advance in one process (baseline)"),
         "embedded": ("SQLite", "embedded worker (memory:// broker, thread pool)"),
     }

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
+from runtime import clock, faults, jsonvalues, keys, registry, signals, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
@@ -122,8 +122,9 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
     try:
         with _Heartbeat(run), tracing.run_span(run):
             _Turn(run).execute()
-    except LeaseLost:
+    except LeaseLost as lost:
         log.warning("run %s: lease lost, stopping without further writes", run_id)
+        signals.refused(run, lost)
     except _Stop:
         pass
     except Exception as exc:  # a bug or a failed checkpoint: never leave the run `running`
