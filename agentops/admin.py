@@ -563,9 +563,29 @@ class EventAdmin(ReadOnlyAdmin):
 # --- approval policy ---------------------------------------------------------------------------
 
 
+class BoundedJSONField(forms.JSONField):
+    """Django's JSON form field, with nesting deeper than the parser goes refused on the form
+    (Python's json raises RecursionError there, which Django's field lets through as a 500)."""
+
+    default_error_messages = {"too_deep": "The JSON is nested too deeply."}
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(self.error_messages["too_deep"], code="too_deep") from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)  # shown back as typed
+
+
 class ApprovalRuleForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = ApprovalRule
+        field_classes = {"condition": BoundedJSONField}
         fields = (
             "name",
             "description",

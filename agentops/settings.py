@@ -25,6 +25,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AGENTOPS_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
+# Passwords and secrets posted to a view that fails stay masked, DEBUG or not.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "agentops.reporting.AlwaysSafeExceptionReporterFilter"
 
 
 def _embedded_secret_key(path: Path) -> str:
@@ -80,6 +82,8 @@ if AGENTOPS_DEMO:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before the NUL refusal, so that its answers carry the headers too.
+    "agentops.middleware.PrivacyHeadersMiddleware",
     "agentops.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -123,6 +123,8 @@ def check(condition: Any, schema: Mapping[str, Any]) -> None:
         size = len(json.dumps(condition, allow_nan=False, ensure_ascii=False).encode())
     except (TypeError, ValueError):
         raise ConditionError(["the condition must be plain JSON"]) from None
+    except RecursionError:  # nested beyond what the encoder follows: far beyond MAX_DEPTH
+        raise ConditionError([f"nested deeper than {MAX_DEPTH} levels"]) from None
     if size > MAX_BYTES:
         raise ConditionError([f"the condition is larger than {MAX_BYTES} bytes"])
     if not (isinstance(condition, dict) and len(condition) == 1):
@@ -248,8 +250,27 @@ def matches(condition: Any, arguments: Mapping[str, Any]) -> bool:
     """
     if condition == {}:
         return True
+    # Each operation nests an object and its operands' list: a checked condition is at most
+    # about 2 * MAX_DEPTH containers deep. Far deeper is never handed to the library, which
+    # crashes the process on nesting some thousands deep (a condition that skipped `check`).
+    if _deeper_than(condition, 4 * MAX_DEPTH):
+        raise ConditionError([f"the condition is nested deeper than {MAX_DEPTH} levels"])
     try:
         result, _charged = _ENGINE.eval_metered(condition, dict(arguments), BUDGET)
     except datalogic_py.DataLogicError as exc:
         raise ConditionError([f"the condition could not be evaluated: {exc}"]) from None
     return bool(_ENGINE.truthy(result))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and objects more than `limit` deep (without recursing)."""
+    pending = [(value, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            pending.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            pending.extend((child, depth + 1) for child in node)
+    return False

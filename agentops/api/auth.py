@@ -57,7 +57,10 @@ def check_rate(token: ApiToken) -> None:
     now = clock.now().timestamp()
     window = int(now // RATE_WINDOW_SECONDS)
     cache = caches[settings.AGENTOPS_API_CACHE]
-    key = f"agentops-api-rate:{token.pk}:{window}"
+    # By the token's digest, not its row id: ids come back after a database is emptied (a test
+    # run, a restore), and the cache, shared with that database's predecessor, must not count
+    # another token's requests against this one.
+    key = f"agentops-api-rate:{token.digest[:32]}:{window}"
     # Kept past the window's end, so that a slow request still finds its own window's count.
     cache.add(key, 0, timeout=2 * RATE_WINDOW_SECONDS)
     try:

@@ -11,6 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters
 
 from agentops.integrations import notifications, webhooks
 from agentops.integrations.kinds import KIND_CHOICES
@@ -22,6 +24,7 @@ from agentops.integrations.models import (
     WebhookDelivery,
     WebhookSubscription,
 )
+from agentops.templatetags.console import reveal
 
 
 def _secret_page(request: HttpRequest, obj: Any, secret: str, title: str) -> HttpResponse:
@@ -132,7 +135,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
     list_display = (
         "event_id",
-        "subscription",
+        "subscription_name",
         "status",
         "attempts",
         "last_status_code",
@@ -143,9 +146,14 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     list_filter = ("status", "subscription")
     list_select_related = ("subscription",)
 
+    # A receiver's answer is its text, not ours: invisible characters shown by code point.
     @admin.display(description="Last response")
     def response_excerpt(self, obj: WebhookDelivery) -> str:
-        return obj.last_response[:120]
+        return reveal(obj.last_response[:120])
+
+    @admin.display(description="subscription", ordering="subscription__name")
+    def subscription_name(self, obj: WebhookDelivery) -> str:
+        return reveal(obj.subscription.name)
 
 
 class RouteForm(forms.ModelForm):
@@ -217,6 +225,11 @@ class NotificationRouteAdmin(admin.ModelAdmin):
     @admin.display(boolean=True, description="Failing")
     def failing(self, obj: NotificationRoute) -> bool:
         return obj.failing_since is not None
+
+    # The Slack URL and bot token are secrets: an error while saving must not report them.
+    @method_decorator(sensitive_post_parameters("slack_url", "slack_token"))
+    def changeform_view(self, *args: Any, **kwargs: Any) -> Any:
+        return super().changeform_view(*args, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if form.cleaned_data.get("slack_url"):

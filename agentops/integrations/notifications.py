@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -269,6 +270,24 @@ def email_text(message: dict[str, Any]) -> tuple[str, str]:
 # --- sending -------------------------------------------------------------------------------------
 
 
+def _unsealed(sealed: str) -> str:
+    try:
+        return secrets.unseal(sealed) if sealed else ""
+    except secrets.SecretUnreadable:
+        return ""
+
+
+def _without_secrets(text: str, route: NotificationRoute) -> str:
+    """`text` with the route's secrets taken out: the Slack URL (its path is the secret) and
+    the bot token, which an error message or a proxy's answer may quote back into the log."""
+    url = _unsealed(route.slack_url_sealed)
+    path = urlsplit(url).path
+    for secret in (url, _unsealed(route.slack_token_sealed), path if len(path) > 1 else ""):
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
 def send(held: outbox.Claim) -> str | None:
     """Send one claimed notification and record the attempt; its status (None: claim lost)."""
     notification = outbox.still_claimed(Notification, held)
@@ -289,6 +308,7 @@ def send(held: outbox.Claim) -> str | None:
         attempt = _Attempt(give_up=True, text=f"refused: {exc}")
     except Exception as exc:  # the service is down or slow: retried
         attempt = _Attempt(text=f"{type(exc).__name__}: {exc}")
+    attempt = replace(attempt, text=_without_secrets(attempt.text, route))
     status = outbox.finish(
         Notification,
         held,

@@ -40,13 +40,39 @@ def allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     ]
 
 
+# IPv6 ranges whose last 32 bits are an IPv4 address that a translator or the kernel connects to:
+# NAT64's well-known prefix (64:ff9b::a9fe:a9fe is 169.254.169.254 on an IPv6-only network),
+# the deprecated IPv4-compatible addresses and SIIT's translated ones. Python calls them global.
+_EMBEDDING_IPV4 = [
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+]
+# NAT64's local-use prefix (RFC 8215): translated to whatever the operator chose; never public.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _as_connected(
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 transition address reaches, else the address itself."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    for network in _EMBEDDING_IPV4:
+        if ip in network:  # "::" and "::1" become 0.0.0.0 and 0.0.0.1: refused all the same
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
 def check_address(address: str) -> None:
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _as_connected(ipaddress.ip_address(address))
     if any(ip in network for network in allowed_networks()):
         return
-    if not ip.is_global or ip.is_multicast:
+    if not ip.is_global or ip.is_multicast or ip in _LOCAL_NAT64:
         raise DestinationRefused(
             f"{address} is a private, loopback, link-local or reserved address "
             "(AGENTOPS_OUTBOUND_ALLOWED_NETWORKS can allow it)"

@@ -79,6 +79,7 @@ def reveal(value: Any) -> SafeString:
     return mark_safe("".join(parts))
 
 
+@register.filter
 def has_invisible(value: Any) -> bool:
     return _INVISIBLE.search(str(value)) is not None
 

@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
 from agentops import decisions, selectors
 from agentops import work as queue
@@ -66,7 +67,10 @@ def _next_url(found: Interaction) -> str:
     return reverse("console:interaction", args=[following.pk])
 
 
+# The password typed for a high-risk approval stays out of error reports.
+@sensitive_post_parameters("password")
 @action(RESPOND)
+@sensitive_variables("password")
 def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
     found = _fetch(interaction_id)
     form = _form_class(found)(request.POST)

@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth import authenticate
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.debug import sensitive_variables
 
 from agentops import selectors
 from agentops import work as queue
@@ -34,6 +35,7 @@ def reauth_fresh(request: HttpRequest) -> bool:
     return isinstance(at, float) and time.time() - at < float(settings.AGENTOPS_REAUTH_SECONDS)
 
 
+@sensitive_variables("password")
 def reauthenticate(request: HttpRequest, password: str) -> bool:
     """Check the signed-in person's password again (failures count toward the lockout)."""
     user = authenticate(request, username=request.user.get_username(), password=password)

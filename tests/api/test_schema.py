@@ -1,8 +1,9 @@
 """The OpenAPI schema: served, checked in, and the API fuzzed through it.
 
 The fuzzing sends what the schema allows (and, per operation, what it does not) to every
-endpoint with a real token: no answer may be a 500, every answer must match the schema, and
-every error must carry a documented code.
+endpoint with a real token: no answer may be a 500, every answer must match the schema, every
+error must carry a documented code, and a refused request changes nothing. Examples per
+operation: AGENTOPS_API_FUZZ_EXAMPLES, else AGENTOPS_FUZZ_EXAMPLES (`make soak`), else 40.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from schemathesis.specs.openapi.checks import (
 
 from agentops.api.errors import API_CODES, RUNTIME_CODES
 from tests.api.conftest import Api
+from tests.fuzz.conftest import TALLY
+from tests.fuzz.test_forms import snapshot
 
 CHECKED_IN = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
-EXAMPLES = int(os.environ.get("AGENTOPS_API_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(
+    os.environ.get("AGENTOPS_API_FUZZ_EXAMPLES", os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "40"))
+)
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
 
@@ -71,7 +76,8 @@ def fuzz_token(world: Any, api: Api, keep_connections: None) -> str:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_the_api_through_its_schema(case: Any, fuzz_token: str) -> None:
-    case.call_and_validate(
+    before = snapshot()
+    response = case.call_and_validate(
         headers={"Authorization": f"Bearer {fuzz_token}"},
         checks=[
             not_a_server_error,
@@ -81,3 +87,9 @@ def test_the_api_through_its_schema(case: Any, fuzz_token: str) -> None:
             documented_error_code,
         ],
     )
+    TALLY[f"endpoint API {case.method} {case.path}"] += 1
+    if response.status_code >= 400:
+        assert snapshot() == before, f"refused with {response.status_code}, yet it changed"
+        TALLY["refused"] += 1
+    elif snapshot() != before:
+        TALLY["accepted"] += 1

@@ -41,6 +41,9 @@ RETRY_DELAY = 30.0
 HOSTILE = (
     '<script>alert(1)</script><img src=x onerror=alert(2)> <a href="javascript:alert(3)">x</a>'
     ' <div hx-get="/admin/" hx-trigger="load">y</div> ![i](https://evil.example/p.png)'
+    # What would mislead an approver: a right-to-left override ("invoice_exe.png" on screen)
+    # and a zero-width space inside a word.
+    " invoice_\u202egnp.exe\u202c acc\u200bount"
 )
 
 flaky_desk = replace(

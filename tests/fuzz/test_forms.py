@@ -25,8 +25,20 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentops.api.models import ApiToken
 from runtime import jsonvalues
-from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
+from runtime.models import (
+    AgentVersion,
+    ApprovalVote,
+    BulkJob,
+    Event,
+    Interaction,
+    Operation,
+    Run,
+    Session,
+    WorkItem,
+)
+from tests.api.conftest import make_account
 from tests.fuzz.conftest import TALLY
 from tests.fuzz.strategies import json_texts, nasty_text
 from tests.support import personas
@@ -80,6 +92,15 @@ values = st.one_of(
             '{"receipt_id": "rcpt-1", "extra": true}',
             '{"receipt_id": "rcpt-1", "receipt_id": "rcpt-2"}',
             "step-1/tool/toolu_01_0",
+            "step-1/model",
+            "result",
+            "not_run_again",
+            "not_run_tell_model",
+            "retry",
+            "pause",
+            "resume",
+            "cancel",
+            "on",
             "queued",
             "needs_attention",
             "00000000-0000-0000-0000-000000000000",
@@ -174,6 +195,10 @@ def snapshot() -> tuple[Any, ...]:
         list(Event.objects.order_by("pk").values_list("pk")),
         list(AgentVersion.objects.order_by("pk").values_list("pk", "unregistered_at")),
         Session.objects.count(),
+        list(WorkItem.objects.order_by("pk").values_list("pk", "claimed_by", "arguments")),
+        list(ApprovalVote.objects.order_by("pk").values_list("pk")),
+        list(BulkJob.objects.order_by("pk").values_list("pk", "status")),
+        list(ApiToken.objects.order_by("pk").values_list("pk", "scopes")),
     )
 
 
@@ -277,13 +302,13 @@ def test_the_answer_form_refuses_hostile_input(world, operator, body, htmx):
 
 
 @FUZZ
-@given(body=bodies(["operation_key", "result", "evidence"]), htmx=st.booleans())
+@given(body=bodies(["operation_key", "outcome", "result", "evidence"]), htmx=st.booleans())
 def test_the_reconcile_form_refuses_hostile_input(world, operator, body, htmx):
     target = getattr(world, "_blocked", None) or Target(lambda: world.run("blocked"))
     world._blocked = target
     before = snapshot()
     response = send(operator, "POST", f"/runs/{target.current.pk}/resolve/", *body, htmx)
-    if judge("resolve (result + evidence)", response, before, may_change=True):
+    if judge("resolve (result, or did not happen)", response, before, may_change=True):
         target.renew()
 
 
@@ -337,6 +362,128 @@ def test_the_audit_log_refuses_hostile_filters(world, operator, query, htmx):
     before = snapshot()
     response = send(operator, "GET", f"/audit/?{query}", b"", FORM, htmx)
     judge("audit filters", response, before, may_change=False)
+
+
+# --- the approval policy's forms, run surgery and bulk jobs ---------------------------------------
+
+
+@FUZZ
+@given(
+    body=bodies(["arg-order_id", "arg-amount_cents", "reason"]),
+    htmx=st.booleans(),
+    then_approve=st.booleans(),
+)
+def test_the_argument_edit_and_its_approval_refuse_hostile_input(
+    world, operator, body, htmx, then_approve
+):
+    """Edit the arguments of a pending approval, then (sometimes) approve what was edited."""
+    target = getattr(world, "_editable", None) or Target(
+        lambda: world.pending(world.run("waiting"))
+    )
+    world._editable = target
+    before = snapshot()
+    path = f"/interactions/{target.current.pk}/edit/"
+    judge("edit arguments", send(operator, "POST", path, *body, htmx), before, may_change=True)
+    if then_approve:
+        before = snapshot()
+        path = f"/interactions/{target.current.pk}/respond/"
+        approve = urlencoded([("decision", "approve")])
+        if judge("approve edited arguments", send(operator, "POST", path, approve, FORM, htmx),
+                 before, may_change=True):  # fmt: skip
+            target.renew()
+
+
+@FUZZ
+@given(
+    verb=st.sampled_from(["claim", "release", "assign"]),
+    body=bodies(["assignee"]),
+    htmx=st.booleans(),
+)
+def test_the_claim_buttons_refuse_hostile_input(world, operator, verb, body, htmx):
+    interaction = getattr(world, "_claimable", None) or world.pending(world.run("waiting"))
+    world._claimable = interaction
+    before = snapshot()
+    response = send(operator, "POST", f"/interactions/{interaction.pk}/{verb}/", *body, htmx)
+    judge(f"claims ({verb})", response, before, may_change=True)
+
+
+@FUZZ
+@given(
+    verb=st.sampled_from(["pause", "resume"]),
+    body=bodies(["reason"]),
+    htmx=st.booleans(),
+    ident=st.one_of(st.none(), segments),
+)
+def test_pause_and_resume_refuse_hostile_input(world, operator, verb, body, htmx, ident):  # noqa: PLR0917
+    target = getattr(world, "_pausable", None) or Target(lambda: world.run("waiting"))
+    world._pausable = target
+    path = f"/runs/{target.current.pk if ident is None else _pct(ident)}/{verb}/"
+    before = snapshot()
+    judge(verb, send(operator, "POST", path, *body, htmx), before, may_change=True)
+
+
+@FUZZ
+@given(query=queries(["at", "version", "input", "acknowledge"]), htmx=st.booleans())
+def test_the_fork_preview_refuses_hostile_input(world, operator, query, htmx):
+    run = getattr(world, "_forkable", None) or world.run("completed")
+    world._forkable = run
+    before = snapshot()
+    response = send(operator, "GET", f"/runs/{run.pk}/fork/?{query}", b"", FORM, htmx)
+    judge("fork preview", response, before, may_change=False)
+
+
+@FUZZ
+@given(body=bodies(["at", "version", "input", "acknowledge", "start"]), htmx=st.booleans())
+def test_the_fork_start_refuses_hostile_input(world, operator, body, htmx):
+    run = getattr(world, "_forkable", None) or world.run("completed")
+    world._forkable = run
+    before = snapshot()
+    response = send(operator, "POST", f"/runs/{run.pk}/fork/start/", *body, htmx)
+    judge("fork start", response, before, may_change=True)
+
+
+BULK_FIELDS = ["status", "agent", "version", "created_from", "created_to", "error", "tool"]
+
+
+@FUZZ
+@given(query=queries(BULK_FIELDS), htmx=st.booleans())
+def test_the_bulk_preview_refuses_hostile_filters(world, operator, query, htmx):
+    if not getattr(world, "_bulk_some", None):
+        world._bulk_some = [world.run(state) for state in ("failed", "waiting")]
+    before = snapshot()
+    response = send(operator, "GET", f"/runs/bulk/?{query}", b"", FORM, htmx)
+    judge("bulk preview", response, before, may_change=False)
+
+
+@FUZZ
+@given(body=bodies([*BULK_FIELDS, "action", "key", "reason"]), htmx=st.booleans())
+def test_the_bulk_start_refuses_hostile_input(world, operator, body, htmx):
+    if not getattr(world, "_bulk_some", None):
+        world._bulk_some = [world.run(state) for state in ("failed", "waiting")]
+    before = snapshot()
+    response = send(operator, "POST", "/runs/bulk/start/", *body, htmx)
+    judge("bulk start", response, before, may_change=True)
+
+
+@FUZZ
+@given(ident=segments, body=bodies([]), htmx=st.booleans())
+def test_the_bulk_stop_refuses_hostile_ids(world, operator, ident, body, htmx):
+    before = snapshot()
+    response = send(operator, "POST", f"/bulk/{_pct(ident)}/stop/", *body, htmx)
+    judge("bulk stop", response, before, may_change=False)
+
+
+@FUZZ
+@given(body=bodies(["account", "label", "scopes", "_save"]))
+def test_the_token_creation_refuses_hostile_input(world, body):
+    """The admin's token form: a form error (200) or a new token; never a 500."""
+    admin = getattr(world, "_root", None)
+    if admin is None:
+        admin = world._root = logged_in(personas.superuser("root"))
+        world._account = make_account("fuzzed")
+    before = snapshot()
+    response = send(admin, "POST", "/admin/api/apitoken/add/", *body)
+    judge("admin token creation", response, before, may_change=True)
 
 
 # --- the versions admin and board ----------------------------------------------------------------
@@ -457,3 +604,16 @@ def test_a_nul_in_a_name_or_key_is_not_a_server_error(  # noqa: PLR0917
     assert response.status_code == 400
     html = response.content.decode()
     assert any(marker in html for marker in MESSAGES), html
+
+
+def test_a_refused_release_says_why(world, operator, as_user):
+    """Found by the claims fuzzing: a refused claim, release or assign answered 409 with no
+    message (the view passed it, no template showed it)."""
+    interaction = world.pending(world.run("waiting"))
+    as_user("approver").post(f"/interactions/{interaction.pk}/claim/")
+    before = snapshot()
+    for htmx in ({}, {"HTTP_HX_REQUEST": "true"}):
+        response = operator.post(f"/interactions/{interaction.pk}/release/", **htmx)
+        assert response.status_code == 409
+        assert 'role="alert"' in response.content.decode()
+    assert snapshot() == before

@@ -9,7 +9,17 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from runtime.models import AgentVersion, Event, Interaction, Operation, Run, Session
+from runtime.models import (
+    AgentVersion,
+    ApprovalVote,
+    BulkJob,
+    Event,
+    Interaction,
+    Operation,
+    Run,
+    Session,
+    WorkItem,
+)
 from tests.console.conftest import World, as_user, users, world
 from tests.support.personas import ALL_PERSONAS, agent_admin, logged_in
 
@@ -35,6 +45,9 @@ def everything() -> tuple[Any, ...]:
         list(Event.objects.order_by("pk").values_list("pk", "kind", "actor")),
         list(AgentVersion.objects.order_by("pk").values_list("pk", "unregistered_at")),
         Session.objects.count(),
+        list(WorkItem.objects.order_by("pk").values_list("pk", "claimed_by", "arguments")),
+        list(ApprovalVote.objects.order_by("pk").values_list("pk")),
+        list(BulkJob.objects.order_by("pk").values_list("pk", "status")),
     )
 
 
@@ -53,4 +66,6 @@ def scene(world: World) -> dict[str, Any]:
         "failed": failed,
         "completed": world.run("completed"),
         "to_cancel": world.run("waiting"),
+        "to_claim": world.pending(world.run("waiting")),
+        "to_pause": world.run("waiting"),
     }

@@ -37,6 +37,8 @@ def fill(text: str, scene: dict[str, Any]) -> str:
         failed=scene["failed"].pk,
         waiting=scene["waiting"].pk,
         to_cancel=scene["to_cancel"].pk,
+        to_claim=scene["to_claim"].pk,
+        to_pause=scene["to_pause"].pk,
     )
 
 
