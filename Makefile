@@ -53,7 +53,7 @@ test: lint
 # The long versions of the reliability suite (docs/reliability.md), on PostgreSQL and a Redis the
 # soak starts itself: the chaos soak (SOAK_RUNS runs under faults), then races at 1,000 and the
 # form fuzzing at 2,000 examples per form. `make test` runs the bounded versions.
-SOAK_RUNS ?= 500
+SOAK_RUNS ?= 1000
 SOAK_DATABASE ?= test_agentops_soak
 soak: install
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
@@ -61,7 +61,8 @@ soak: install
 		$(BIN)/pytest -m soak tests/reliability $(PYTEST_ARGS)
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
 		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \
-		$(BIN)/pytest tests/reliability/test_races.py tests/fuzz/test_forms.py $(PYTEST_ARGS)
+		$(BIN)/pytest tests/reliability/test_races.py tests/reliability/test_approval_races.py \
+			tests/fuzz/test_forms.py $(PYTEST_ARGS)
 
 # Benchmarks (bench/): each prints its figures beside a baseline measured in the same run.
 bench: install

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -434,7 +435,7 @@ class Settings:
     expire_share: float = 0.08  # approvals nobody decides: they expire
     pause_share: float = 0.06
     fork_share: float = 0.04
-    bulk_every: float = 8.0  # seconds between two bulk jobs (pause, then resume)
+    bulk_every: float = 4.0  # seconds between two bulk jobs (pause, then resume)
     poison_every: int = 200  # one poison run in so many (the first early)
 
 
@@ -463,7 +464,7 @@ class Soak:
         self.parents: dict[str, str] = {}  # fork -> the run it was forked from
         self.decisions: dict[str, str] = {}  # interaction -> approve, reject or expire
         self.voted: set[str] = set()  # approvals the first approver counted
-        self.bulk_jobs: list[str] = []
+        self.bulk_jobs: list[uuid.UUID] = []
         self.next_bulk = 0.0
         self.claude_runs = 0
         self.submitted = 0  # runs submitted (forks are added to run_ids too)
@@ -561,6 +562,11 @@ class Soak:
 
         n = self.submitted
         self.submitted += 1
+        if n and n % 100 == 0:  # a long soak says how far it is
+            print(
+                f"chaos: {n} runs submitted, faults so far: {_pairs(self.report.faults)}",
+                flush=True,
+            )
         if n % self.size.poison_every == len(KINDS):
             kind = "poison"
         elif n % CLAUDE_EVERY == CLAUDE_EVERY - 1:
@@ -577,13 +583,15 @@ class Soak:
         self.run_ids.append(run_id)
         self.actions.append(Action("submitted", run_id, SUBMITTER, {"agent": agent}))
         now = time.monotonic()
+        if kind == "poison":  # left alone: it must be contained by itself
+            self._publish(run_id)
+            return
         if self.rng.random() < self.size.cancel_share:
             self.cancel_at[run_id] = now + self.rng.uniform(0.2, 3.0)
         # The first runs meet a pause and a fork for sure; then by their shares.
         if n == 1 or self.rng.random() < self.size.pause_share:
             self.pause_at[run_id] = now + self.rng.uniform(0.2, 3.0)
-        forkable = agent == CHAOS_AGENT and kind != "poison"
-        if forkable and (n in (0, 2) or self.rng.random() < self.size.fork_share):
+        if agent == CHAOS_AGENT and (n in (0, 2) or self.rng.random() < self.size.fork_share):
             self.to_fork.add(run_id)
         self._publish(run_id)
 
@@ -768,14 +776,14 @@ class Soak:
             return
         self.next_bulk = now + self.size.bulk_every
         pausing = len(self.bulk_jobs) % 2 == 0
-        statuses = ["queued", "waiting", "retry_wait"] if pausing else ["paused"]
+        statuses = ["waiting", "retry_wait"] if pausing else ["paused"]
         job = bulk.submit(
             "pause" if pausing else "resume",
             {"agent": CHAOS_AGENT, "status": statuses},
             actor=BULK_OPERATOR,
             reason="end of shift",
         )
-        self.bulk_jobs.append(str(job.pk))
+        self.bulk_jobs.append(job.pk)
 
     def _reconcile(self, run: Any) -> None:
         """Check the service for the blocked call: resolve with its receipt; or, when it did not
@@ -1061,7 +1069,7 @@ def _check_approvals(soak: Soak, runs: dict[str, Any], ops: list[Any], records: 
             if effects:
                 problems.append(f"{op.operation_id}, found not to have happened, took effect")
             continue
-        approved = interaction.status == "answered" and interaction.response["approved"]
+        approved = interaction.status == "answered" and (interaction.response or {})["approved"]
         if not approved and effects:
             problems.append(f"refund {interaction.pk} took effect without an approval")
         if approved and op is not None and op.status == OperationStatus.COMPLETED and effects != 1:
@@ -1092,7 +1100,9 @@ def _check_audit(soak: Soak, problems: list[str]) -> None:
         job_id__in=soak.bulk_jobs, status=BulkItemStatus.SKIPPED
     ).count()
     jobs_submitted = Event.objects.filter(
-        kind=EventKind.BULK_JOB_SUBMITTED, actor=BULK_OPERATOR, data__job__in=soak.bulk_jobs
+        kind=EventKind.BULK_JOB_SUBMITTED,
+        actor=BULK_OPERATOR,
+        data__job__in=[str(pk) for pk in soak.bulk_jobs],
     ).count()
     if jobs_submitted != len(soak.bulk_jobs):
         problems.append(f"{len(soak.bulk_jobs)} bulk jobs, {jobs_submitted} submit events")

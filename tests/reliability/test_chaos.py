@@ -176,7 +176,8 @@ def test_the_long_soak_keeps_every_invariant(chaos, observe) -> None:
     seed = seed_to_use()
     runs = int(os.environ.get("AGENTOPS_SOAK_RUNS", "1000"))
     print(f"chaos seed={seed} runs={runs}")
-    report = chaos(seed, Settings(runs=runs, workers=4, min_fault_seconds=120.0)).run()
+    size = Settings(runs=runs, workers=6, window=24, min_fault_seconds=120.0)
+    report = chaos(seed, size).run()
     observe(report.line())
     assert_invariants(report)
     assert report.runs == runs + report.forks
