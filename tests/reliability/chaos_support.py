@@ -733,15 +733,15 @@ class Soak:
 
     def _resume_every_paused(self) -> None:
         """Once the faults stop: whatever a person or a bulk job paused is resumed."""
+        from django.db.models import Q
+
         from runtime.models import Run, RunStatus
 
-        paused = Run.objects.filter(pk__in=self.run_ids, status=RunStatus.PAUSED)
-        asked = Run.objects.filter(pk__in=self.run_ids).exclude(pause_requested_by="")
-        for run_id in {
-            str(pk)
-            for pk in [*paused.values_list("pk", flat=True), *asked.values_list("pk", flat=True)]
-        }:
-            self.resume_at.setdefault(run_id, 0.0)
+        held = Run.objects.filter(pk__in=self.run_ids).filter(
+            Q(status=RunStatus.PAUSED) | ~Q(pause_requested_by="")
+        )
+        for pk in held.values_list("pk", flat=True):
+            self.resume_at.setdefault(str(pk), 0.0)
 
     def _fork_finished(self) -> None:
         """Fork the completed runs chosen for it, from one of their model requests."""
