@@ -768,7 +768,8 @@ class Soak:
             self._publish(child)
 
     def _bulk(self) -> None:
-        """Every so often a bulk job: pause what waits, then resume what is paused."""
+        """Every so often a bulk job: pause what is queued or waits, then resume what
+        is paused."""
         from runtime import bulk
 
         now = time.monotonic()
@@ -776,7 +777,7 @@ class Soak:
             return
         self.next_bulk = now + self.size.bulk_every
         pausing = len(self.bulk_jobs) % 2 == 0
-        statuses = ["waiting", "retry_wait"] if pausing else ["paused"]
+        statuses = ["queued", "waiting", "retry_wait"] if pausing else ["paused"]
         job = bulk.submit(
             "pause" if pausing else "resume",
             {"agent": CHAOS_AGENT, "status": statuses},
