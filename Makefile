@@ -63,6 +63,8 @@ soak: install
 		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \
 		$(BIN)/pytest tests/reliability/test_races.py tests/reliability/test_approval_races.py \
 			tests/fuzz/test_forms.py $(PYTEST_ARGS)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench.load --minutes 5
 
 # Benchmarks (bench/): each prints its figures beside a baseline measured in the same run.
 bench: install

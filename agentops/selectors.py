@@ -1,8 +1,8 @@
 """Read-side queries for the console: each function returns what one page or fragment shows.
 
 Every list is built with a fixed number of queries, whatever its length (no N+1), and pages
-use keyset pagination on indexed columns, so they stay fast with 100,000 runs: nothing counts
-every row of a table.
+use keyset pagination on indexed columns, so they stay fast with a million runs: nothing counts
+every row of a table (the counts by status are kept by the database, runtime.store.counts).
 """
 
 from __future__ import annotations
@@ -10,16 +10,17 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 
 from agentops import decisions, live, work
 from agentops.decisions import code_tool
-from runtime import clock, control, policy, registry
+from runtime import clock, control, policy, registry, store
 from runtime.agents import Tool
 from runtime.models import (
     RUNTIME,
@@ -94,45 +95,44 @@ def _max_attempts(run: Run) -> int | None:
     return agent.model_retry.max_attempts if agent and agent.model_retry else None
 
 
+def _first(rows: QuerySet[Any], order: Sequence[Any], shown: QuerySet[Any]) -> list[Any]:
+    """The first QUEUE_LIMIT of `rows` in `order`, as `shown` (its joins and annotations).
+
+    One query: the limit is taken in a subquery over the queue's own rows (served by a partial
+    index, or a sort of the queue alone), and only those rows are joined to their runs and
+    sessions. Joined first, a queue of 10,000 would be joined whole before being cut to 50.
+    """
+    first = rows.order_by(*order).values("pk")[:QUEUE_LIMIT]
+    return list(shown.filter(pk__in=first).order_by(*order))
+
+
 def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     """What needs a person now: approvals, questions, blocked runs and retry waits.
 
     `show` filters the approvals and questions ("mine", "unassigned", "urgent": see
     agentops.work.FILTERS) for `user`; they are sorted by urgency, then age."""
-    counts = dict(
-        Run.objects.filter(status__in=COUNTED_STATUSES)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("pk"))
-    )
-    pending_counts = dict(
-        Interaction.objects.filter(status=InteractionStatus.PENDING)
-        .order_by()
-        .values_list("kind")
-        .annotate(n=Count("pk"))
-    )
+    # Kept by the database as runs and interactions change: a few rows, however many runs.
+    kept = store.counts()
+    counts, pending_counts = kept.runs, kept.pending
     now = clock.now()
     show = show if show in work.FILTERS else ""
-    pending = (
-        Interaction.objects.filter(
-            work.inbox_filter(show, user, now), status=InteractionStatus.PENDING
-        )
-        .select_related("run", "run__session", "work")
-        .order_by(*work.INBOX_ORDER)
+    pending = Interaction.objects.filter(
+        work.inbox_filter(show, user, now), status=InteractionStatus.PENDING
     )
-    approvals = list(pending.filter(kind=InteractionKind.TOOL_APPROVAL)[:QUEUE_LIMIT])
-    questions = list(pending.filter(kind=InteractionKind.QUESTION)[:QUEUE_LIMIT])
+    shown = Interaction.objects.select_related("run", "run__session", "work")
+    approvals = _first(pending.filter(kind=InteractionKind.TOOL_APPROVAL), work.INBOX_ORDER, shown)
+    questions = _first(pending.filter(kind=InteractionKind.QUESTION), work.INBOX_ORDER, shown)
     work.annotate([*approvals, *questions], now)
     # updated_at is when the run stopped: nothing touches a blocked run until a person acts.
-    attention = list(
-        Run.objects.filter(status=RunStatus.NEEDS_ATTENTION)
-        .select_related("session")
-        .order_by("updated_at", "pk")[:QUEUE_LIMIT]
+    attention = _first(
+        Run.objects.filter(status=RunStatus.NEEDS_ATTENTION),
+        ("updated_at", "pk"),
+        Run.objects.select_related("session"),
     )
-    retries = list(
-        Run.objects.filter(status=RunStatus.RETRY_WAIT)
-        .select_related("session")
-        .annotate(
+    retries = _first(
+        Run.objects.filter(status=RunStatus.RETRY_WAIT),
+        ("next_attempt_at", "pk"),
+        Run.objects.select_related("session").annotate(
             attempt=Subquery(
                 Operation.objects.filter(
                     run=OuterRef("pk"), kind=OperationKind.MODEL, status=OperationStatus.FAILED
@@ -140,8 +140,7 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
                 .order_by("-intent_at")
                 .values("attempts")[:1]
             )
-        )
-        .order_by("next_attempt_at", "pk")[:QUEUE_LIMIT]
+        ),
     )
     for run in retries:
         run.max_attempts = _max_attempts(run)  # type: ignore[attr-defined]
@@ -208,11 +207,25 @@ _PG_SEARCH = """
         WHERE kind = 'tool' AND (input::text || ' ' || coalesce(result::text, '')) ILIKE %s
     UNION SELECT run_id FROM agentops_interaction WHERE payload::text ILIKE %s
 """
+# What an id's first digits find: runs, and the runs of sessions, whose id is in the range.
+_PG_ID_RANGE = """
+    UNION SELECT id FROM agentops_run WHERE id BETWEEN %s AND %s
+    UNION SELECT id FROM agentops_run WHERE session_id BETWEEN %s AND %s
+"""
 
 
 def _like_pattern(q: str) -> str:
     escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
+
+
+def _id_range(ident: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids that start with `ident`, if it looks like the start of one: a range of ids, read
+    from the primary key's index, where a LIKE on the id's text would read every run."""
+    prefix = ident.replace("-", "")[:32]
+    if not (_HEXISH.match(ident) and prefix):
+        return None
+    return uuid.UUID(prefix.ljust(32, "0")), uuid.UUID(prefix.ljust(32, "f"))
 
 
 def _search(q: str) -> Q:
@@ -226,20 +239,26 @@ def _search(q: str) -> Q:
     else:
         # A whole id finds its run or session by primary key, through the index.
         return Q(pk=exact) | Q(session_id=exact)
+    ids = _id_range(ident)
     if connection.vendor == "postgresql":
-        text = Q(pk__in=RawSQL(_PG_SEARCH, [_like_pattern(q)] * _PG_SEARCH.count("%s")))
-    else:
-        # SQLite: no trigram index; the same places are scanned.
-        text = Q(session__title__icontains=q) | Q(input__icontains=q) | Q(output__icontains=q)
-        # Uncorrelated subqueries: each table is scanned once, not once per run.
-        tools = Operation.objects.filter(kind=OperationKind.TOOL)
-        text |= Q(pk__in=tools.filter(input__icontains=q).values("run_id"))
-        text |= Q(pk__in=tools.filter(result__icontains=q).values("run_id"))
-        # A pending approval has no operation yet: its arguments are in the interaction.
-        text |= Q(pk__in=Interaction.objects.filter(payload__icontains=q).values("run_id"))
-    if _HEXISH.match(ident):
-        prefix = ident.replace("-", "")
-        text |= Q(pk__startswith=prefix) | Q(session__id__startswith=prefix)
+        # One subquery of ids, each of its parts read from an index; an OR of the parts in the
+        # runs' own WHERE would make PostgreSQL read every run to test it.
+        sql = _PG_SEARCH
+        params: list[Any] = [_like_pattern(q)] * _PG_SEARCH.count("%s")
+        if ids:
+            sql += _PG_ID_RANGE
+            params += [*ids, *ids]
+        return Q(pk__in=RawSQL(sql, params))
+    # SQLite: no trigram index; the same places are scanned.
+    text = Q(session__title__icontains=q) | Q(input__icontains=q) | Q(output__icontains=q)
+    # Uncorrelated subqueries: each table is scanned once, not once per run.
+    tools = Operation.objects.filter(kind=OperationKind.TOOL)
+    text |= Q(pk__in=tools.filter(input__icontains=q).values("run_id"))
+    text |= Q(pk__in=tools.filter(result__icontains=q).values("run_id"))
+    # A pending approval has no operation yet: its arguments are in the interaction.
+    text |= Q(pk__in=Interaction.objects.filter(payload__icontains=q).values("run_id"))
+    if ids:
+        text |= Q(pk__range=ids) | Q(session_id__gte=ids[0], session_id__lte=ids[1])
     return text
 
 

@@ -391,6 +391,8 @@ AGENTOPS_RESPONSE_EXCERPT_CHARS = int(env_float("AGENTOPS_RESPONSE_EXCERPT_CHARS
 # inside one of these networks (CIDR, comma-separated), e.g. "10.0.0.0/8".
 AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = env_list("AGENTOPS_OUTBOUND_ALLOWED_NETWORKS", [])
 AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = env_float("AGENTOPS_OUTBOUND_TIMEOUT_SECONDS", 10.0)
+# Slack's Web API, for routes with a bot token (chat.postMessage is posted under it).
+AGENTOPS_SLACK_API_URL = env_str("AGENTOPS_SLACK_API_URL", "https://slack.com/api")
 # /metrics: a bearer token, or the networks (CIDR) a scraper may come from; neither = refused.
 AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN")
 AGENTOPS_METRICS_ALLOWED_NETWORKS = env_list("AGENTOPS_METRICS_ALLOWED_NETWORKS", [])
@@ -399,12 +401,43 @@ AGENTOPS_METRICS_FOLD_BATCH = int(env_float("AGENTOPS_METRICS_FOLD_BATCH", 5000)
 # Traces: OTLP over HTTP to this endpoint (e.g. http://collector:4318/v1/traces); empty = off.
 AGENTOPS_OTLP_ENDPOINT = env_str("AGENTOPS_OTLP_ENDPOINT")
 AGENTOPS_OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "agentops")
-# Dollars per million tokens, per model. A model missing here has an unknown cost (never 0).
-# Check them against the provider's price list; AGENTOPS_MODEL_PRICES_JSON replaces the table.
+# Dollars per million tokens, per model id. A model missing here has an unknown cost (never 0).
+# From Anthropic's published prices, read 2026-11-30: the pricing page
+# (https://platform.claude.com/docs/en/about-claude/pricing, "Model pricing") and each model's
+# overview page (https://platform.claude.com/docs/en/models/<model>/overview, "Pricing").
+# cache_write is the 5-minute cache write (the cache the Anthropic adapter asks for), and
+# cache_write_1h the 1-hour one; cache_read is "cache hits and refreshes". Haiku 5.5 is left
+# out: its price depends on the prompt's length, which one rate per token type cannot say.
+# AGENTOPS_MODEL_PRICES_JSON replaces the table.
+# Each row's rates in the pricing table's column order: input, 5m and 1h cache writes, cache
+# hits, output.
 AGENTOPS_MODEL_PRICES: dict[str, dict[str, float]] = {
-    "claude-opus-4-1": {"input": 15.0, "output": 75.0, "cache_write": 18.75, "cache_read": 1.5},
-    "claude-sonnet-4-5": {"input": 3.0, "output": 15.0, "cache_write": 3.75, "cache_read": 0.3},
-    "claude-haiku-4-5": {"input": 1.0, "output": 5.0, "cache_write": 1.25, "cache_read": 0.1},
+    model: dict(
+        zip(("input", "cache_write", "cache_write_1h", "cache_read", "output"), rates, strict=True)
+    )
+    for models, rates in (
+        (("claude-opus-5-5",), (4.0, 5.0, 8.0, 0.2, 20.0)),
+        (
+            (
+                "claude-opus-5",
+                "claude-opus-4-8",
+                "claude-opus-4-7",
+                "claude-opus-4-6",
+                "claude-opus-4-5",
+            ),
+            (5.0, 6.25, 10.0, 0.5, 25.0),
+        ),
+        (("claude-opus-4-1", "claude-opus-4"), (15.0, 18.75, 30.0, 1.5, 75.0)),
+        (("claude-sonnet-5-5", "claude-sonnet-5"), (2.0, 2.5, 4.0, 0.2, 10.0)),
+        (
+            ("claude-sonnet-4-6", "claude-sonnet-4-5", "claude-sonnet-4"),
+            (3.0, 3.75, 6.0, 0.3, 15.0),
+        ),
+        (("claude-haiku-4-5",), (1.0, 1.25, 2.0, 0.1, 5.0)),
+        (("claude-3-5-haiku",), (0.8, 1.0, 1.6, 0.08, 4.0)),
+        (("claude-3-haiku",), (0.25, 0.3, 0.5, 0.03, 1.25)),
+    )
+    for model in models
 }
 if env_str("AGENTOPS_MODEL_PRICES_JSON"):
     try:

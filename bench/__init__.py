@@ -5,6 +5,8 @@
     .venv/bin/python -m bench.throughput   2. runs per second, Celery and embedded; round trips
     .venv/bin/python -m bench.console      3. console pages at 100,000 runs / 1,000,000 events
     .venv/bin/python -m bench.live         4. event commit -> websocket frame latency
+    .venv/bin/python -m bench.load         6. 50 operators in browsers while runs stream in
+    .venv/bin/python -m bench.archive      7. retention: rows archived and deleted per second
     .venv/bin/python -m bench.profile      where a run's time goes in our runtime
 
 Each variant runs in a process of its own (bench.worker), driven by bench.harness; benchmark

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench [--quick] [--json-dir DIR]
 
-About 6 minutes on the 2-core development machine (--quick: about 2). Needs the bench extra
+About 10 minutes on the 2-core development machine (--quick: about 4). Needs the bench extra
 (.venv/bin/pip install -e '.[bench]'); PostgreSQL and Redis where they are reachable (the
 benchmarks say what they skipped when they are not).
 """
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import console, live, overhead, throughput
+from bench import archive, console, live, load, overhead, throughput
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +48,16 @@ def main(argv: list[str] | None = None) -> int:
             (["--runs", "20000", "--requests", "10"] if quick else []) + json("console"),
         ),
         ("4. Live latency", live.main, (["--runs", "10"] if quick else []) + json("live")),
+        (
+            "6. Under load",
+            load.main,
+            (["--minutes", "0.5"] if quick else ["--minutes", "1"]) + json("load"),
+        ),
+        (
+            "7. Retention at scale",
+            archive.main,
+            (["--runs", "5000"] if quick else []) + json("archive"),
+        ),
     ]
     for title, run, options in steps:
         print(f"\n=== {title} ===\n", flush=True)

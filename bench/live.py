@@ -11,10 +11,11 @@ the first frame that covers it (each frame carries the id of the newest event it
   embedded  SQLite, `manage.py serve` alone: its in-process worker (the sweep picks the runs
             up) and the in-memory channel layer.
 
-The consumer coalesces a burst of events for 0.1 s before rendering (agentops/consumers.py): that
-wait is part of what is measured. The commit time is the event's created_at, taken just before
-its INSERT (so a latency here is at most about a millisecond longer than the true one). The
-baseline, measured in the same run on the same socket: a websocket ping's round trip.
+The consumer renders an event as soon as it arrives and gathers only the events that arrive
+while a render is in flight (agentops/consumers.py): the render is part of what is measured. The
+commit time is the event's created_at, taken just before its INSERT (so a latency here is at
+most about a millisecond longer than the true one). The baseline, measured in the same run on
+the same socket: a websocket ping's round trip.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from bench import harness
 from bench.harness import Variant
 from bench.throughput import BROKER_DB, CHANNELS_DB, CeleryWorkers, _forget_queue, _redis_problem
 
-DATABASE = "agentops_bench_live"
+# Another name (agentops_bench_*) lets two checkouts on one server measure at the same time.
+DATABASE = os.environ.get("BENCH_LIVE_DATABASE", "agentops_bench_live")
+TARGET_MS = 50
 CURSOR = re.compile(r'id="live-cursor" data-event="(\d+)"')
 
 
@@ -322,7 +325,8 @@ def _report(results: dict[str, dict[str, Any]], runs: int) -> str:
         if latencies:
             p95 = _percentile(latencies, 0.95)
             lines.append(
-                f"Target p95 under 250 ms, {name}: {'MET' if p95 < 250 else 'MISSED'} "
+                f"Target p95 under {TARGET_MS} ms, {name}: "
+                f"{'MET' if p95 < TARGET_MS else 'MISSED'} "
                 f"({p95:.0f} ms)"
             )
     return "\n".join(lines)

@@ -733,8 +733,9 @@ def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
     """Let runs move again.
 
     `resume()`: hand every run that can move now to the executor — startup discovery and the
-    sweep: first the due approval timers fire (expiry, escalation, warnings), each once; then
-    queued runs whose message was lost, expired leases and due retry timers. Claiming stays the
+    sweep: first the due approval timers fire (expiry, escalation, warnings), each once; the
+    counts by status are compacted; then queued runs whose message was lost, expired leases and
+    due retry timers, each sent once per lease period. Claiming stays the
     only door into `running`, so handing a run over twice is harmless.
 
     `resume(run_id, actor=...)`: return a paused run exactly where it was paused (see
@@ -747,6 +748,7 @@ def resume(run_id: Any = None, *, actor: str | None = None) -> list[str] | Run:
     from runtime import work  # it builds on this module's verbs
 
     work.fire_due_timers()
+    store.compact_counts()
     due = [str(pk) for pk in store.due_run_ids()]
     for each in due:
         dispatch.enqueue_on_commit(each)

@@ -4,8 +4,9 @@
 agent version, and walks the turn loop from the start. Every model request and tool call has
 a deterministic key; a call whose outcome is in the log is replayed from it, a call with an
 intent but no outcome goes through its recovery policy, and a new call is run between an
-intent write and an outcome write. The loop stops when the run completes, fails or needs a
-person; each of those is one fenced transition.
+intent write and an outcome write. A call's outcome is held and committed with the next call's
+intent (or the run's move), one commit per call (runtime/store/worker.py). The loop stops
+when the run completes, fails or needs a person; each of those is one fenced transition.
 
 Nothing loops unbounded (C13, C14): every claim counts as a crash until it ends in such a
 transition, and a run whose claims keep crashing (a dead worker, an unexpected exception) goes
@@ -21,15 +22,17 @@ import os
 import re
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, keys, registry, store, tracing
+from runtime import clock, faults, jsonvalues, keys, registry, signals, store, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
-from runtime.errors import InvalidInput, LeaseLost, ModelError, PromptTooLong
+from runtime.errors import InvalidInput, LeaseLost, ModelError, PauseRequested, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
     ApprovalReceipt,
@@ -122,8 +125,9 @@ def advance(run_id: Any, *, owner: str | None = None) -> bool:
     try:
         with _Heartbeat(run), tracing.run_span(run):
             _Turn(run).execute()
-    except LeaseLost:
+    except LeaseLost as lost:
         log.warning("run %s: lease lost, stopping without further writes", run_id)
+        signals.refused(run, lost)
     except _Stop:
         pass
     except Exception as exc:  # a bug or a failed checkpoint: never leave the run `running`
@@ -297,8 +301,19 @@ class _Turn:
             steps=agent.max_steps,
         )
 
-    def _pause_point(self) -> None:
-        """A durable boundary (no call in flight): pause here if an operator asked to."""
+    @contextmanager
+    def _pause_point(self) -> Iterator[None]:
+        """A call's intent, the durable boundary where an operator's pause takes effect: the
+        intent's own fence refuses it then (no read of its own per call), and the run pauses
+        with the outcome the intent would have carried."""
+        try:
+            yield
+        except PauseRequested:
+            surgery_store.enter_pause(self.run)
+            raise _Stop from None
+
+    def _pause_before_asking(self) -> None:
+        """Before asking a person (no intent to refuse): pause here if an operator asked to."""
         if surgery_store.pause_requested(self.run):
             surgery_store.enter_pause(self.run)
             raise _Stop
@@ -397,18 +412,18 @@ class _Turn:
             return ModelResponse.model_validate(op.result)
         if op is not None:
             self._before_model_attempt(agent, op)
-        self._pause_point()
         faults.reach("before_intent", self.run, key, "model")
-        op = store.write_intent(
-            self.run,
-            op,
-            key=key,
-            kind=OperationKind.MODEL,
-            name=agent.model,
-            policy="",
-            input=saved_input,
-            input_hash=input_hash,
-        )
+        with self._pause_point():
+            op = store.write_intent(
+                self.run,
+                op,
+                key=key,
+                kind=OperationKind.MODEL,
+                name=agent.model,
+                policy="",
+                input=saved_input,
+                input_hash=input_hash,
+            )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, "model")
         try:
@@ -436,12 +451,12 @@ class _Turn:
             store.write_outcome(
                 self.run, op, status=OperationStatus.FAILED, result=stopped, error=stop, usage=usage
             )
-            faults.reach("after_outcome", self.run, key, "model")
             self._model_stopped(op, stop)
+        # Held: the next record (a tool's intent, the next request's, the run's completion)
+        # commits it (runtime/faults.py says where its windows lie).
         store.write_outcome(
-            self.run, op, status=OperationStatus.COMPLETED, result=result, usage=usage
+            self.run, op, status=OperationStatus.COMPLETED, result=result, usage=usage, hold=True
         )
-        faults.reach("after_outcome", self.run, key, "model")
         return response
 
     def _before_model_attempt(self, agent: Agent, op: Operation) -> None:
@@ -468,18 +483,17 @@ class _Turn:
             store.write_outcome(
                 self.run, op, status=OperationStatus.FAILED, result=stopped, error=exc.message
             )
-            faults.reach("after_outcome", self.run, op.key, "model")
             self._model_stopped(op, "prompt_too_long")
         if isinstance(exc, ModelError):
             message, transient, retry_after = exc.message, exc.transient, exc.retry_after
         else:  # an adapter's unexpected error: no reason to think waiting heals it
             message, transient, retry_after = f"{type(exc).__name__}: {exc}", False, None
         failure = {"transient": transient, "retry_after": retry_after}
+        # Committed alone: a crash after it leaves the failed outcome without the run's move
+        # (see _before_model_attempt).
         store.write_outcome(
             self.run, op, status=OperationStatus.FAILED, result=failure, error=message
         )
-        # A crash here leaves the failed outcome without the run's move: see _before_model_attempt.
-        faults.reach("after_outcome", self.run, op.key, "model")
         self._after_model_error(agent, op, message, transient=transient, retry_after=retry_after)
 
     def _after_failed_outcome(self, agent: Agent, op: Operation) -> None:
@@ -634,28 +648,33 @@ class _Turn:
             if attempts >= operation_attempts():
                 self._attempts_exhausted(op, attempts, operation_attempts())
             rerun = "recovery"
-        self._pause_point()
         faults.reach("before_intent", self.run, key, tool.name)
-        op = self._tool_intent(
-            op,
-            interaction,
-            key=key,
-            name=tool.name,
-            policy=policy,
-            saved_input=saved_input,
-            input_hash=input_hash,
-            rerun=rerun,
-        )
+        with self._pause_point():
+            op = self._tool_intent(
+                op,
+                interaction,
+                key=key,
+                name=tool.name,
+                policy=policy,
+                saved_input=saved_input,
+                input_hash=input_hash,
+                rerun=rerun,
+            )
         self.ops[key] = op
         faults.reach("after_intent", self.run, key, tool.name)
         with tracing.tool_span(self.run, op) as span:
             result, is_error = self._invoke(tool, args, op)
             span.tool_outcome(is_error)
         faults.reach("after_handler", self.run, key, tool.name)
+        # Held, as a model request's: the next record commits it.
         store.write_outcome(
-            self.run, op, status=OperationStatus.COMPLETED, result=result, is_error=is_error
+            self.run,
+            op,
+            status=OperationStatus.COMPLETED,
+            result=result,
+            is_error=is_error,
+            hold=True,
         )
-        faults.reach("after_outcome", self.run, key, tool.name)
         return _result_block(use.id, result, is_error, edit)
 
     def _invoke(self, tool: Tool, args: BaseModel, op: Operation) -> tuple[Any, bool]:
@@ -682,7 +701,7 @@ class _Turn:
         """For a call that needs a person: the decided result, None to proceed, or wait."""
         interaction = self.interactions.get(key)
         if interaction is None:
-            self._pause_point()
+            self._pause_before_asking()
             if tool.is_question:
                 kind, payload = InteractionKind.QUESTION, args.model_dump(mode="json")
             else:

@@ -147,6 +147,11 @@ class PromptTooLong(ModelError):
         super().__init__(message, transient=False, status=status, reason="prompt_too_long")
 
 
+class PauseRequested(Exception):
+    """An intent was refused, having written nothing, because an operator asked the run to
+    pause: the engine pauses it there, at a durable boundary."""
+
+
 class LeaseLost(BaseException):
     """This worker's claim was taken over (or the run cancelled): it must commit nothing more.
 

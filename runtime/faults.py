@@ -13,15 +13,26 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+# Where each window is reached. A call's outcome and the next call's intent share one commit
+# when the next call is ready to dispatch (the fold, DESIGN "One commit per call"): the outcome
+# is held, written but not committed, and the run's next fenced write carries it (the next
+# intent, a record, the move out of `running`); a question to a person, a failed model
+# request and the `report` policy's error commit their outcome alone. So, for a call A
+# followed by a call B:
 WINDOWS = (
-    "before_intent",  # nothing written for this call yet
-    "after_intent",  # intent committed, not dispatched
+    "before_intent",  # nothing written for this call yet (A's held outcome neither)
+    "after_intent",  # intent committed (with the outcome it carried), not dispatched
     "in_handler",  # the handler returned (its effect happened), result not yet checked
     "after_handler",  # result checked, outcome not yet written
-    "during_outcome",  # inside the outcome transaction: rolls back as a whole
-    "after_outcome",  # outcome committed
+    "during_outcome",  # inside the transaction that commits the outcome (alone, or with B's
+    # intent or the run's move), after its statements: a crash rolls it back as a whole
+    "after_outcome",  # the outcome committed (with B's intent or the move it was carried by)
     "before_ack",  # the Celery task finished its work, the broker has not been acknowledged
 )
+# A crash anywhere between A's "after_handler" and the commit that carries its outcome (B's
+# "before_intent" included) leaves A's outcome unwritten: recovery sees A as "after_handler"
+# says. A's "after_outcome" and B's "after_intent" are then the same moment, reached in that
+# order.
 
 # handler(window, run, operation_key, operation_name)
 Handler = Callable[[str, Any, str, str], None]
@@ -38,6 +49,13 @@ def _kill_at(spec: str) -> Handler:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return kill
+
+
+def active() -> bool:
+    """Whether a crash can be injected: a test's handler or the crash variable is set. A record
+    that is one statement then runs inside a transaction, so that a crash inside it rolls it
+    back whole; in production one statement is atomic by itself and no window has width."""
+    return handler is not None or bool(os.environ.get("AGENTOPS_CRASH_AT"))
 
 
 def reach(window: str, run: Any, key: str, operation: str) -> None:

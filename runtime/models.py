@@ -268,6 +268,9 @@ class Run(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When the sweep last handed the run to the workers: it hands a run over at most once per
+    # lease period, and again after one if no worker took it (the message was lost).
+    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints: ClassVar = [
@@ -299,14 +302,26 @@ class Run(models.Model):
                 name="run_lease_expiry",
                 condition=Q(status="running"),
             ),
-            # Sweep and inbox: retry_wait runs ordered by their due time.
+            # Sweep and inbox: retry_wait runs ordered by their due time (then id, the inbox's
+            # tie-break, so its first 50 are read off the index).
             models.Index(
-                fields=["next_attempt_at"],
+                fields=["next_attempt_at", "id"],
                 name="run_retry_due",
                 condition=Q(status="retry_wait"),
             ),
+            # Inbox: blocked runs, longest blocked first.
+            models.Index(
+                fields=["updated_at", "id"],
+                name="run_attention",
+                condition=Q(status="needs_attention"),
+            ),
             # Console filters, version board and unregister checks: runs of an agent version.
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),
+            # Runs list filtered by agent, or by agent and version, newest first (keyset pages).
+            models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
+            models.Index(
+                fields=["agent", "version", "-created_at"], name="run_agent_version_created"
+            ),
         ]
         permissions: ClassVar = [
             (Permission.RESPOND.codename, "Can answer approvals and questions"),
@@ -316,6 +331,25 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.status})"
+
+
+class StatusCount(models.Model):
+    """How many runs are in each status ("run:<status>") and how many interactions of each kind
+    are pending ("pending:<kind>"), so the inbox reads a few rows instead of counting a million.
+
+    Kept by database triggers on the runs and interactions tables (migration 0008), in the
+    transaction of every change, whoever writes it: nothing in Python adds to this table. Each
+    change inserts its deltas (+1 for the new status, -1 for the old) and readers sum them: an
+    insert takes no lock that another worker waits for, where one row per status would queue
+    every worker moving a run (and deadlock two that move runs in opposite directions). The
+    sweep folds the deltas into one row per key (runtime.store.compact_counts).
+    """
+
+    key = models.CharField(max_length=60)
+    n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.n:+d}"
 
 
 class OperationKind(models.TextChoices):

@@ -157,29 +157,80 @@ class RouteForm(forms.ModelForm):
         help_text="Slack incoming webhook URL (a secret: stored encrypted, never shown again). "
         "Leave empty to keep the current one.",
     )
+    slack_token = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Slack bot token, xoxb-… (a secret: stored encrypted, never shown again; the "
+        "bot needs chat:write and must be in the channel). Leave empty to keep the current one.",
+    )
 
     class Meta:
         model = NotificationRoute
-        fields = ("name", "kinds", "group", "channel", "enabled")
+        fields = ("name", "kinds", "group", "rule", "channel", "slack_channel", "enabled")
+
+    def clean_slack_token(self) -> str:
+        token = str(self.cleaned_data.get("slack_token") or "").strip()
+        if token and not token.startswith(notifications.SLACK_BOT_TOKEN_PREFIX):
+            raise forms.ValidationError("A Slack bot token starts with xoxb-.")
+        return token
+
+    def clean_slack_channel(self) -> str:
+        channel = str(self.cleaned_data.get("slack_channel") or "").strip()
+        if channel and not channel.isalnum():
+            raise forms.ValidationError("A Slack channel id is letters and digits (C0123ABCD).")
+        return channel
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        channel = data.get("channel")
         has_url = bool(data.get("slack_url") or self.instance.slack_url_sealed)
-        if data.get("channel") == Channel.SLACK and not has_url:
+        if channel == Channel.SLACK and not has_url:
             raise forms.ValidationError("A Slack route needs its incoming webhook URL.")
+        if channel == Channel.SLACK_BOT:
+            has_token = bool(data.get("slack_token") or self.instance.slack_token_sealed)
+            if not has_token or not data.get("slack_channel"):
+                raise forms.ValidationError("A Slack bot route needs its bot token and channel id.")
         return data
 
 
 @admin.register(NotificationRoute)
 class NotificationRouteAdmin(admin.ModelAdmin):
     form = RouteForm
-    list_display = ("name", "channel", "group", "kinds", "enabled", "slack_url_hint")
-    list_filter = ("channel", "enabled")
+    list_display = (
+        "name",
+        "channel",
+        "group",
+        "rule",
+        "kinds",
+        "enabled",
+        "failing",
+        "disabled_reason",
+        "slack_url_hint",
+        "slack_token_hint",
+    )
+    list_filter = ("channel", "enabled", "rule")
+    list_select_related = ("group", "rule")
+    readonly_fields = ("slack_token_hint", "failing_since", "disabled_reason")
+    actions = ("enable_and_send",)
+
+    @admin.display(boolean=True, description="Failing")
+    def failing(self, obj: NotificationRoute) -> bool:
+        return obj.failing_since is not None
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if form.cleaned_data.get("slack_url"):
             notifications.set_slack_url(obj, form.cleaned_data["slack_url"])
+        if form.cleaned_data.get("slack_token"):
+            notifications.set_slack_token(obj, form.cleaned_data["slack_token"])
+        if obj.enabled:  # enabled by hand after a fix: no longer flagged
+            obj.failing_since, obj.disabled_reason = None, ""
         notifications.save_route(obj)
+
+    @admin.action(description="Enable, and send what waited")
+    def enable_and_send(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        due = sum(notifications.enable(route) for route in queryset)
+        self.message_user(request, f"Enabled; {due} waiting notifications are due again.")
 
 
 class PreferenceForm(forms.ModelForm):

@@ -8,6 +8,10 @@ class IntegrationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from agentops.integrations import tracing_setup
+        from agentops.integrations import metrics_fold, tracing_setup
+        from runtime import signals
 
         tracing_setup.configure_from_settings()
+        signals.write_refused.connect(
+            metrics_fold.count_refused_write, dispatch_uid="integrations.fenced_writes_refused"
+        )

@@ -8,6 +8,7 @@ unknown, never as 0, and a total that includes such a model is unknown too.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -63,9 +64,24 @@ def prices() -> dict[str, dict[str, float]]:
     return settings.AGENTOPS_MODEL_PRICES
 
 
+# A pinned snapshot (claude-sonnet-4-5-20250929) or a moving alias (claude-3-5-haiku-latest) is
+# priced as its model; the first release of a generation is also called `-0` (claude-opus-4-0).
+_SNAPSHOT = re.compile(r"-(\d{8}|latest)$")
+_FIRST_RELEASE = re.compile(r"-0$")
+
+
+def rates_of(model: str) -> dict[str, float] | None:
+    """The model's row of the price table: by its id, else by the model a snapshot id names."""
+    table = prices()
+    for name in (model, base := _SNAPSHOT.sub("", model), _FIRST_RELEASE.sub("", base)):
+        if name in table:
+            return table[name]
+    return None
+
+
 def price_of(model: str, tokens: dict[str, int]) -> Decimal | None:
     """The cost of these tokens of `model`, or None if the model (or a used rate) has no price."""
-    table = prices().get(model)
+    table = rates_of(model)
     if table is None:
         return None
     total = Decimal(0)

@@ -50,6 +50,10 @@ COUNTERS = {
         "Claims that took a run over from a worker whose lease expired",
         ["agent"],
     ),
+    "agentops_fenced_writes_refused_total": (
+        "Writes of a taken-over or cancelled worker that the fence refused",
+        ["agent"],
+    ),
     "agentops_webhook_deliveries_total": (
         "Webhook delivery attempts by outcome (delivered, failed, refused)",
         ["outcome"],

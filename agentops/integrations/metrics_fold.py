@@ -82,6 +82,14 @@ def count_delivery(outcome: str) -> None:
         add({("agentops_webhook_deliveries_total", labels_key({"outcome": outcome})): 1.0})
 
 
+def count_refused_write(sender: Any, *, agent: str, **_: Any) -> None:
+    """runtime.signals.write_refused: a worker's write refused by the fence. Not in the run's
+    log (a taken-over worker commits nothing to the run), so counted here, at once: one
+    UPDATE ... SET value = value + 1 in its own transaction, right across processes."""
+    with transaction.atomic():
+        add({("agentops_fenced_writes_refused_total", labels_key({"agent": agent})): 1.0})
+
+
 def fold(limit: int) -> int:
     """Fold the next settled events into the counters; how many events were read."""
     with transaction.atomic():

@@ -122,20 +122,42 @@ class WebhookDelivery(OutboundMessage):
 
 class Channel(models.TextChoices):
     SLACK = "slack", "Slack (incoming webhook)"
+    SLACK_BOT = "slack_bot", "Slack (bot token)"
     EMAIL = "email", "Email"
 
 
 class NotificationRoute(models.Model):
-    """Notification kinds -> the people of a group -> a channel."""
+    """Notification kinds -> the people of a group -> a channel; optionally for one approval
+    rule only (its approvals and questions go there instead of to the routes without a rule)."""
 
     name = models.CharField(max_length=100)
     kinds = models.JSONField(default=list, help_text="Notification kinds this route sends.")
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="+")
+    # A route for one rule is meaningless without it: deleting the rule deletes its routes, and
+    # what the rule governed falls back to the routes without a rule.
+    rule = models.ForeignKey(
+        "agentops.ApprovalRule",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Only what this approval rule governs (then not to routes without one).",
+    )
     channel = models.CharField(max_length=10, choices=Channel.choices)
     # Slack: the incoming webhook URL, a secret by Slack's own account; encrypted like webhooks'.
     slack_url_sealed = models.TextField(blank=True, editable=False)
     slack_url_hint = models.CharField(max_length=10, blank=True, editable=False)
+    # Slack bot: the bot token (xoxb-…), encrypted the same way, and the channel id it posts to.
+    slack_token_sealed = models.TextField(blank=True, editable=False)
+    slack_token_hint = models.CharField(max_length=10, blank=True, editable=False)
+    slack_channel = models.CharField(
+        max_length=30, blank=True, help_text="The channel id a bot token posts to (C0123ABCD)."
+    )
     enabled = models.BooleanField(default=True)
+    # Set when Slack refused the route itself (a revoked token, a channel the bot is not in) and
+    # the route was turned off; cleared when it is enabled again.
+    failing_since = models.DateTimeField(null=True, blank=True)
+    disabled_reason = models.TextField(blank=True)
 
     def __str__(self) -> str:
         return self.name

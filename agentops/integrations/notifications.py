@@ -1,9 +1,12 @@
-"""Slack and email notifications from the event log, routed per group, muted per person.
+"""Slack and email notifications from the event log, routed per group and per approval rule,
+muted per person.
 
 `dispatch` reads the settled events after the "notifications" cursor; each event of a kind in
-`kinds.KINDS` becomes, for every enabled route of that kind, one Slack post (when at least one
-member of the route's group has not muted the kind) or one email per member who has not. The
-unique (route, event, recipient) row is what makes each notification once: a second sweep, a
+`kinds.KINDS` becomes, for every enabled route of that kind (the routes of the approval rule its
+interaction is under when it has some for the kind, else the routes without a rule), one Slack
+post (when at least one member of the route's group has not muted the kind) or one email per
+member who has not. Slack is an incoming webhook or a bot token (agentops/integrations/slack.py).
+The unique (route, event, recipient) row is what makes each notification once: a second sweep, a
 redelivered task or a second worker finds it made, and a claimed message is sent by one sender.
 Sending is at least once only across a crash between the send and its record.
 
@@ -16,15 +19,17 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 
-from agentops.integrations import outbound, outbox, secrets
+from agentops.integrations import outbound, outbox, secrets, slack
 from agentops.integrations.kinds import KINDS, NotificationKind, kind_for_event
 from agentops.integrations.kinds import notifying_event_kinds as _event_kinds
 from agentops.integrations.models import (
@@ -36,11 +41,14 @@ from agentops.integrations.models import (
     OutboxCursor,
 )
 from runtime import clock
-from runtime.models import Event, Interaction
+from runtime.models import Event, Interaction, WorkItem
 
 log = logging.getLogger(__name__)
 
 CURSOR = "notifications"
+# One post per route on these, one email per member on the others.
+SLACK_CHANNELS = frozenset({Channel.SLACK, Channel.SLACK_BOT})
+SLACK_BOT_TOKEN_PREFIX = "xoxb-"
 # Arguments shown in a message: the first few, each cut short (the page shows them all).
 SHOWN_ARGUMENTS = 6
 ARGUMENT_CHARS = 200
@@ -49,6 +57,23 @@ ARGUMENT_CHARS = 200
 def set_slack_url(route: NotificationRoute, url: str) -> None:
     route.slack_url_sealed = secrets.seal(url)
     route.slack_url_hint = secrets.hint(url)
+
+
+def set_slack_token(route: NotificationRoute, token: str) -> None:
+    route.slack_token_sealed = secrets.seal(token)
+    route.slack_token_hint = secrets.hint(token)
+
+
+def enable(route: NotificationRoute) -> int:
+    """Turn a route on again after Slack refused it (the token or channel was fixed); what
+    waited on it is due at once. How many notifications are due again."""
+    with transaction.atomic():
+        NotificationRoute.objects.filter(pk=route.pk).update(
+            enabled=True, failing_since=None, disabled_reason=""
+        )
+        return Notification.objects.filter(route=route, status=MessageStatus.PENDING).update(
+            next_attempt_at=clock.now()
+        )
 
 
 def save_route(route: NotificationRoute) -> None:
@@ -67,14 +92,42 @@ def dispatch(limit: int) -> int:
         if not ids:
             return 0
         made = []
-        routes = list(NotificationRoute.objects.filter(enabled=True))
-        for event in outbox.events_by_id(ids, set(_event_kinds())):
+        # A route Slack refused keeps its notices, waiting until it is fixed and enabled; a
+        # route a person turned off makes none.
+        routes = list(
+            NotificationRoute.objects.filter(Q(enabled=True) | Q(failing_since__isnull=False))
+        )
+        events = outbox.events_by_id(ids, set(_event_kinds()))
+        rules = _rules_of(events)
+        for event in events:
             kind = kind_for_event(event.kind)
             if kind is not None:
-                made += _notifications(event, kind, routes)
+                rule_id = rules.get(str(event.data.get("interaction", "")))
+                made += _notifications(event, kind, routes_for(routes, kind.name, rule_id))
         Notification.objects.bulk_create(made, ignore_conflicts=True)
         OutboxCursor.objects.filter(pk=cursor.pk).update(position=position)
     return len(made)
+
+
+def _rules_of(events: list[Event]) -> dict[str, int]:
+    """interaction id -> the approval rule its work item is under (one query). A deleted rule
+    leaves its items without one (WorkItem.rule is SET_NULL)."""
+    interactions = {str(e.data["interaction"]) for e in events if e.data.get("interaction")}
+    items = WorkItem.objects.filter(interaction_id__in=interactions, rule__isnull=False)
+    return {str(pk): rule_id for pk, rule_id in items.values_list("interaction_id", "rule_id")}
+
+
+def routes_for(
+    routes: list[NotificationRoute], kind: str, rule_id: int | None
+) -> list[NotificationRoute]:
+    """The routes of a notification: those of its approval rule when any sends this kind,
+    else those without a rule. A route for one rule never sends another rule's notices."""
+    sending = [route for route in routes if kind in route.kinds]
+    if rule_id is not None:
+        for_rule = [route for route in sending if route.rule_id == rule_id]
+        if for_rule:
+            return for_rule
+    return [route for route in sending if route.rule_id is None]
 
 
 def _notifications(
@@ -83,10 +136,8 @@ def _notifications(
     now = clock.now()
     made = []
     for route in routes:
-        if kind.name not in route.kinds:
-            continue
         recipients = recipients_of(route, kind.name)
-        if route.channel == Channel.SLACK:
+        if route.channel in SLACK_CHANNELS:
             addresses = [""] if recipients else []
         else:
             addresses = sorted({user.email for user in recipients if user.email})
@@ -225,38 +276,82 @@ def send(held: outbox.Claim) -> str | None:
         return None
     message = message_for(notification)
     route = NotificationRoute.objects.get(pk=notification.route_id)
-    status_code: int | None = None
-    give_up = False
-    retry_after = None
     try:
-        if route.channel == Channel.SLACK:
-            reply = outbound.post(
-                secrets.unseal(route.slack_url_sealed),
-                json.dumps(slack_blocks(message)).encode(),
-                {},
-            )
-            status_code, text, retry_after = reply.status, reply.body, reply.retry_after
-            # Slack answers 200 "ok"; 4xx other than 429 (invalid_payload, channel_not_found,
-            # no_service, …) will not heal by trying again.
-            give_up = 400 <= status_code < 500 and status_code != 429
-            delivered = status_code == 200
+        if route.channel == Channel.SLACK_BOT:
+            attempt = _post_as_bot(route, message)
+        elif route.channel == Channel.SLACK:
+            attempt = _post_to_incoming_webhook(route, message)
         else:
             subject, body = email_text(message)
             send_mail(subject, body, None, [notification.recipient])
-            delivered, text = True, "sent"
+            attempt = _Attempt(delivered=True, text="sent")
     except (outbound.DestinationRefused, secrets.SecretUnreadable) as exc:
-        delivered, give_up, text = False, True, f"refused: {exc}"
+        attempt = _Attempt(give_up=True, text=f"refused: {exc}")
     except Exception as exc:  # the service is down or slow: retried
-        delivered, text = False, f"{type(exc).__name__}: {exc}"
+        attempt = _Attempt(text=f"{type(exc).__name__}: {exc}")
     status = outbox.finish(
         Notification,
         held,
-        delivered=delivered,
-        give_up=give_up,
-        status_code=status_code,
-        response=text,
-        retry_after=retry_after,
+        delivered=attempt.delivered,
+        give_up=attempt.give_up,
+        status_code=attempt.status_code,
+        response=attempt.text,
+        retry_after=attempt.retry_after,
     )
+    if status is not None and attempt.route_refused:
+        _flag(route, attempt.text)
     if status == MessageStatus.FAILED:
-        log.warning("notification %s given up: %s", held.pk, text)
+        log.warning("notification %s given up: %s", held.pk, attempt.text)
     return status
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    delivered: bool = False
+    give_up: bool = False
+    text: str = ""
+    status_code: int | None = None
+    retry_after: float | None = None
+    # Slack refused the route itself (its token or channel): turn it off and flag it.
+    route_refused: bool = False
+
+
+def _post_to_incoming_webhook(route: NotificationRoute, message: dict[str, Any]) -> _Attempt:
+    reply = outbound.post(
+        secrets.unseal(route.slack_url_sealed), json.dumps(slack_blocks(message)).encode(), {}
+    )
+    return _Attempt(
+        delivered=reply.status == 200,
+        # Slack answers 200 "ok"; 4xx other than 429 (invalid_payload, channel_not_found,
+        # no_service, …) will not heal by trying again.
+        give_up=400 <= reply.status < 500 and reply.status != 429,
+        text=reply.body,
+        status_code=reply.status,
+        retry_after=reply.retry_after,
+    )
+
+
+def _post_as_bot(route: NotificationRoute, message: dict[str, Any]) -> _Attempt:
+    posted = slack.post_message(
+        secrets.unseal(route.slack_token_sealed), route.slack_channel, slack_blocks(message)
+    )
+    return _Attempt(
+        delivered=posted.ok,
+        # A refused route keeps its message pending: it goes out when the route is fixed.
+        give_up=not posted.ok and not posted.transient and not posted.route_refused,
+        text="ok" if posted.ok else posted.error,
+        status_code=posted.status,
+        retry_after=posted.retry_after,
+        route_refused=posted.route_refused,
+    )
+
+
+def _flag(route: NotificationRoute, error: str) -> None:
+    """Turn the route off with Slack's reason; its notifications wait until it is enabled
+    again (the admin's action), like a failing webhook subscription's deliveries."""
+    NotificationRoute.objects.filter(pk=route.pk, enabled=True).update(
+        enabled=False,
+        failing_since=clock.now(),
+        disabled_reason=f"Slack refused the route: {error}",
+    )
+    log.warning("notification route %s disabled: Slack answered %s", route.pk, error)

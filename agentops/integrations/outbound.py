@@ -85,8 +85,9 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(raw, server_hostname=self.host)  # type: ignore[attr-defined]
 
 
-def post(url: str, body: bytes, headers: dict[str, str]) -> Reply:
-    """POST `body` to `url`. Raises DestinationRefused, or OSError/HTTPException on failure."""
+def post(url: str, body: bytes, headers: dict[str, str], *, read_limit: int = _READ_LIMIT) -> Reply:
+    """POST `body` to `url`; the first `read_limit` bytes of the answer are read. Raises
+    DestinationRefused, or OSError/HTTPException on failure."""
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
         raise DestinationRefused(f"only http and https URLs can be called, not {url!r}")
@@ -103,7 +104,7 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Reply:
             "POST", path, body=body, headers={"Content-Type": "application/json", **headers}
         )
         response = connection.getresponse()
-        text = response.read(_READ_LIMIT).decode("utf-8", errors="replace")
+        text = response.read(read_limit).decode("utf-8", errors="replace")
         return Reply(response.status, text, _retry_after(response.getheader("Retry-After")))
     finally:
         connection.close()

@@ -10,7 +10,7 @@ events and agent versions — goes through this package, and nothing else writes
 - approvals.py: the writes of the approval policy: work items and their timers, votes,
   receipts, edits, claims.
 - events.py: the append-only event log, published after commit.
-- reads.py: the sweep's and recovery's queries.
+- reads.py: the sweep's and recovery's queries, and the counts by status the triggers keep.
 - transitions.py: every guarded move of a run is checked against RUN_TRANSITIONS.
 - dialect.py, postgres.py, sqlite.py: what differs between the databases, one place each;
   sql.py: what they share, written as SQL once (e.g. the runnable rule).
@@ -37,7 +37,14 @@ from runtime.store.approvals import (
 )
 from runtime.store.dialect import connection, dialect_of
 from runtime.store.events import event
-from runtime.store.reads import due_run_ids, intents_since_a_person_acted, last_word_is_outcome
+from runtime.store.reads import (
+    Counts,
+    compact_counts,
+    counts,
+    due_run_ids,
+    intents_since_a_person_acted,
+    last_word_is_outcome,
+)
 from runtime.store.verbs import (
     answer_interaction,
     close_interactions,
@@ -71,12 +78,15 @@ def record_statements() -> dict[str, str]:
 
 __all__ = [
     "RUNTIME",
+    "Counts",
     "add_version",
     "answer_interaction",
     "assign_item",
     "claim",
     "claim_item",
     "close_interactions",
+    "compact_counts",
+    "counts",
     "create_run",
     "create_session",
     "due_run_ids",

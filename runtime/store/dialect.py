@@ -4,7 +4,8 @@ The hot path — the intent and the outcome of every call, and the run's move ou
 runs raw statements on the DB-API connection under Django's, because the ORM and Django's
 transaction bookkeeping cost more than the commit itself (bench/overhead.py measures it). A
 record is three writes: the fence (the run's lease renewed while the run is still ours), the
-operation row, and its event. How those three are sent is the dialect's business:
+operation row, and its event; a record may also carry the held outcome of the call before it
+(the fold, runtime/store/worker.py). How those three are sent is the dialect's business:
 runtime/store/postgres.py makes them one statement, runtime/store/sqlite.py three statements in
 one IMMEDIATE transaction.
 """
@@ -51,22 +52,38 @@ class Dialect(ABC):
 
     @abstractmethod
     def new_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]
-    ) -> tuple[int, int] | None:
-        """Fence, operation INSERT, event: (event id, operation id)."""
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], *, carried: bool
+    ) -> tuple[list[int], int] | None:
+        """Fence, operation INSERT, events: (the event ids in log order, the operation id).
+
+        `carried`: the record also writes a held outcome, from the parameters prefixed `p_`
+        (op, status, result, is_error, error, usage, key, event, data, now), its event first.
+        The same holds for the two methods below."""
 
     @abstractmethod
     def update_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, which: OperationUpdate, params: dict[str, Any]
-    ) -> int | None:
-        """Fence, operation UPDATE, event: the event id."""
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        which: OperationUpdate,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
+        """Fence, operation UPDATE, events: the event ids in log order."""
 
     @abstractmethod
     def move_owned(
-        self, db: BaseDatabaseWrapper, cursor: Any, assignments: str, params: dict[str, Any]
-    ) -> int | None:
-        """The owned run's move out of `running` (itself the fence) and its event: the event id.
-        `assignments` is the SET list, columns and named parameters."""
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        assignments: str,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
+        """The owned run's move out of `running` (itself the fence) and its events: their ids
+        in log order. `assignments` is the SET list, columns and named parameters."""
 
     @abstractmethod
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:

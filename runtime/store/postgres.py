@@ -3,9 +3,14 @@
 `held` is the fence UPDATE; every other part selects FROM it, so nothing is written unless the
 fence held (then no row comes back). The UPDATE also takes the run's row lock, so a takeover
 (which bumps the fence under the same lock) is ordered strictly before or after each write,
-never between the check and the write. An intent commits alone (autocommit, no BEGIN and COMMIT
-round trips); an outcome commits in a transaction of its own that holds the "during_outcome"
-crash window, so a crash there rolls the whole outcome back.
+never between the check and the write.
+
+A record that carries a held outcome (the fold: worker.py) adds that outcome's UPDATE and
+inserts both events with one INSERT, in log order (the outcome's first): still one statement,
+so the outcome and the next intent commit together in one round trip. A record commits alone
+(autocommit, no BEGIN and COMMIT round trips) unless a crash can be injected (runtime.faults):
+then it runs in a transaction that holds the "during_outcome" window, so a crash there rolls
+the whole record back.
 """
 
 from __future__ import annotations
@@ -36,45 +41,68 @@ EVENT_FROM_HELD = f"""ev AS (
     SELECT id, %(event)s, 'runtime', %(key)s, %(data)s, %(now)s FROM held
     RETURNING id)"""
 
+# The held outcome a record carries (its parameters are prefixed `p_`), and the two events in
+# log order: the sequence is drawn after the ORDER BY, so the outcome's event id is the lower.
+CARRIED = f"""carried AS (
+    UPDATE {OPERATION}
+    SET status = %(p_status)s, result = %(p_result)s, is_error = %(p_is_error)s,
+        error = %(p_error)s, usage = %(p_usage)s, outcome_at = %(p_now)s
+    WHERE id = %(p_op)s AND EXISTS (SELECT 1 FROM held))"""
+EVENTS_FROM_HELD = f"""ev AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT held.id, e.kind, 'runtime', e.key, e.data, e.at
+    FROM held, (VALUES
+        (1, %(p_event)s, %(p_key)s, %(p_data)s::jsonb, %(p_now)s::timestamptz),
+        (2, %(event)s, %(key)s, %(data)s::jsonb, %(now)s::timestamptz)
+    ) AS e (n, kind, key, data, at)
+    ORDER BY e.n
+    RETURNING id)"""
+
 # Parameters in a SELECT list get no type from the INSERT's columns: the nullable ones are cast.
-NEW_OPERATION = f"""
-WITH {HELD},
-op AS (
+NEW = f"""op AS (
     INSERT INTO {OPERATION} ({OPERATION_COLUMNS})
     SELECT id, %(key)s, %(kind)s, %(name)s, %(policy)s, %(status)s, %(input)s, %(input_hash)s,
         %(result)s::jsonb, %(is_error)s, '', NULL, 1, %(now)s, %(outcome_at)s::timestamptz
     FROM held
-    RETURNING id),
-{EVENT_FROM_HELD}
-SELECT ev.id, op.id FROM op, ev"""
+    RETURNING id)"""
 
-REINTENT = f"""
-WITH {HELD},
-op AS (
+UPDATES: dict[OperationUpdate, str] = {
+    "reintent": f"""op AS (
     UPDATE {OPERATION}
     SET status = 'started', attempts = %(attempts)s, intent_at = %(now)s, error = '',
         outcome_at = NULL
-    WHERE id = %(op)s AND EXISTS (SELECT 1 FROM held)),
-{EVENT_FROM_HELD}
-SELECT ev.id FROM ev"""
-
-OUTCOME = f"""
-WITH {HELD},
-op AS (
+    WHERE id = %(op)s AND EXISTS (SELECT 1 FROM held))""",
+    "outcome": f"""op AS (
     UPDATE {OPERATION}
     SET status = %(status)s, result = %(result)s, is_error = %(is_error)s, error = %(error)s,
         usage = %(usage)s, outcome_at = %(now)s
-    WHERE id = %(op)s AND EXISTS (SELECT 1 FROM held)),
-{EVENT_FROM_HELD}
-SELECT ev.id FROM ev"""
+    WHERE id = %(op)s AND EXISTS (SELECT 1 FROM held))""",
+}
+
+# The event ids in log order; no row when the fence did not hold.
+EVENT_IDS = "SELECT array_agg(id ORDER BY id) FROM ev HAVING count(*) > 0"
+NEW_IDS = "SELECT (SELECT array_agg(id ORDER BY id) FROM ev), op.id FROM op"
 
 
-def move_owned(assignments: str) -> str:
+def statement(held: str, write: str | None, tail: str, *, carried: bool) -> str:
+    """One record as one statement: the fence, the carried outcome, the write, the events."""
+    parts = [held, *([CARRIED] if carried else []), *([write] if write else [])]
+    parts.append(EVENTS_FROM_HELD if carried else EVENT_FROM_HELD)
+    return f"WITH {', '.join(parts)}\n{tail}"
+
+
+NEW_OPERATION = {c: statement(HELD, NEW, NEW_IDS, carried=c) for c in (False, True)}
+UPDATE_OPERATION = {
+    (which, c): statement(HELD, part, EVENT_IDS, carried=c)
+    for which, part in UPDATES.items()
+    for c in (False, True)
+}
+
+
+def move_owned(assignments: str, *, carried: bool) -> str:
     """The run's move out of `running`, itself the fence: it lands only while the run is ours."""
-    return f"""
-WITH held AS (UPDATE {RUN} SET {assignments} WHERE {OWNED} RETURNING id),
-{EVENT_FROM_HELD}
-SELECT ev.id FROM ev"""
+    held = f"held AS (UPDATE {RUN} SET {assignments} WHERE {OWNED} RETURNING id)"
+    return statement(held, None, EVENT_IDS, carried=carried)
 
 
 # A threshold no query reaches: psycopg then prepares only what asks for it (prepare=True).
@@ -114,29 +142,46 @@ class Postgres(Dialect):
             yield cursor
 
     def new_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]
-    ) -> tuple[int, int] | None:
-        row = self.execute(db, cursor, NEW_OPERATION, params).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]))
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], *, carried: bool
+    ) -> tuple[list[int], int] | None:
+        row = self.execute(db, cursor, NEW_OPERATION[carried], params).fetchone()
+        return None if row is None else (list(row[0]), int(row[1]))
 
     def update_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, which: OperationUpdate, params: dict[str, Any]
-    ) -> int | None:
-        sql = REINTENT if which == "reintent" else OUTCOME
-        row = self.execute(db, cursor, sql, params).fetchone()
-        return None if row is None else int(row[0])
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        which: OperationUpdate,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
+        row = self.execute(db, cursor, UPDATE_OPERATION[which, carried], params).fetchone()
+        return None if row is None else list(row[0])
 
     def move_owned(
-        self, db: BaseDatabaseWrapper, cursor: Any, assignments: str, params: dict[str, Any]
-    ) -> int | None:
-        row = self.execute(db, cursor, move_owned(assignments), params).fetchone()
-        return None if row is None else int(row[0])
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        assignments: str,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
+        sql = move_owned(assignments, carried=carried)
+        row = self.execute(db, cursor, sql, params).fetchone()
+        return None if row is None else list(row[0])
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(self.execute(db, cursor, INSERT_EVENT + " RETURNING id", params).fetchone()[0])
 
     def record_statements(self) -> dict[str, str]:
-        return {"new": NEW_OPERATION, "reintent": REINTENT, "outcome": OUTCOME}
+        return {
+            "new": NEW_OPERATION[False],
+            "reintent": UPDATE_OPERATION["reintent", False],
+            "outcome": UPDATE_OPERATION["outcome", False],
+            "new+carried": NEW_OPERATION[True],
+        }
 
 
 DIALECT = Postgres()

@@ -43,8 +43,10 @@ SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
     updated_at = %(now)s
 WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s"""
 
-# The lease renewed by every fenced write.
-HOLD = f"UPDATE {RUN} SET lease_expires_at = %(lease)s, updated_at = %(now)s WHERE {OWNED}"
+# The lease renewed by every fenced write. An intent (`pausable`) is also the engine's pause
+# point: it lands only if no operator asked the run to pause, which saves a read per call.
+HOLD = f"""UPDATE {RUN} SET lease_expires_at = %(lease)s, updated_at = %(now)s
+WHERE {OWNED} AND (pause_requested_by = '' OR NOT %(pausable)s)"""
 
 INSERT_EVENT = f"""
 INSERT INTO {EVENT} ({EVENT_COLUMNS})

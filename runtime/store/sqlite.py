@@ -40,6 +40,15 @@ WHERE id = %(op)s""")
 
 FENCE = named(HOLD)
 RUNTIME_EVENT = named(INSERT_EVENT.replace("%(actor)s", "'runtime'"))
+
+
+def _carried(sql: str) -> str:
+    """A statement of the carried outcome: the same, on its parameters (prefixed `p_`)."""
+    return re.sub(r":(\w+)", lambda m: ":" + ("p_" + m[1] if m[1] != "run" else m[1]), sql)
+
+
+CARRIED_OUTCOME = _carried(OUTCOME)
+CARRIED_EVENT = _carried(RUNTIME_EVENT)
 EVENT = named(INSERT_EVENT)
 
 
@@ -77,31 +86,58 @@ class Sqlite(Dialect):
                 raw.rollback()
                 raise
 
-    def _fenced(self, cursor: Any, params: dict[str, Any]) -> bool:
-        return bool(cursor.execute(FENCE, params).rowcount == 1)
+    def _fenced(self, cursor: Any, params: dict[str, Any], carried: bool) -> list[int] | None:
+        """The fence, then the carried outcome: the ids of the events written so far."""
+        if cursor.execute(FENCE, params).rowcount != 1:
+            return None
+        return self._carry(cursor, params, carried)
+
+    def _carry(self, cursor: Any, params: dict[str, Any], carried: bool) -> list[int]:
+        if not carried:
+            return []
+        cursor.execute(CARRIED_OUTCOME, params)
+        return [int(cursor.execute(CARRIED_EVENT, params).lastrowid)]
 
     def new_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]
-    ) -> tuple[int, int] | None:
-        if not self._fenced(cursor, params):
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], *, carried: bool
+    ) -> tuple[list[int], int] | None:
+        ids = self._fenced(cursor, params, carried)
+        if ids is None:
             return None
         operation_id = cursor.execute(NEW_OPERATION, params).lastrowid
-        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid), int(operation_id)
+        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
+        return ids, int(operation_id)
 
     def update_operation(
-        self, db: BaseDatabaseWrapper, cursor: Any, which: OperationUpdate, params: dict[str, Any]
-    ) -> int | None:
-        if not self._fenced(cursor, params):
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        which: OperationUpdate,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
+        ids = self._fenced(cursor, params, carried)
+        if ids is None:
             return None
         cursor.execute(REINTENT if which == "reintent" else OUTCOME, params)
-        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid)
+        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
+        return ids
 
     def move_owned(
-        self, db: BaseDatabaseWrapper, cursor: Any, assignments: str, params: dict[str, Any]
-    ) -> int | None:
+        self,
+        db: BaseDatabaseWrapper,
+        cursor: Any,
+        assignments: str,
+        params: dict[str, Any],
+        *,
+        carried: bool,
+    ) -> list[int] | None:
         if cursor.execute(move_owned(assignments), params).rowcount != 1:
             return None
-        return int(cursor.execute(RUNTIME_EVENT, params).lastrowid)
+        ids = self._carry(cursor, params, carried)
+        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
+        return ids
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(cursor.execute(EVENT, params).lastrowid)
@@ -113,6 +149,8 @@ class Sqlite(Dialect):
             "reintent": REINTENT,
             "outcome": OUTCOME,
             "event": RUNTIME_EVENT,
+            "carried_outcome": CARRIED_OUTCOME,
+            "carried_event": CARRIED_EVENT,
         }
 
 

@@ -4,6 +4,10 @@ run's move out of `running`, a question to a person, and the heartbeat.
 Every write is fenced: it lands only while the run is `running` under the claim's fence, and
 renews the lease as it goes; otherwise it raises LeaseLost having written nothing. Events are
 published after commit, as Event instances built from the returned ids.
+
+One commit per call (DESIGN): an outcome may be held (`write_outcome(..., hold=True)`) and is
+then carried by the run's next fenced record — the next call's intent, a record, the move out
+of `running` — in the same commit; runtime/faults.py says where each crash window lies.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import transaction
@@ -19,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
 from runtime import clock, faults
-from runtime.errors import LeaseLost
+from runtime.errors import LeaseLost, PauseRequested
 from runtime.models import (
     EventKind,
     Interaction,
@@ -114,12 +119,51 @@ def still_running(run_id: Any, fence: int) -> bool:
     return Run.objects.filter(pk=run_id, fence=fence, status=RunStatus.RUNNING).exists()
 
 
+# --- the fold: a held outcome, carried by the next record ----------------------------------------
+
+# Where a run keeps its held outcome: on the Run instance of the claim that holds it, so that
+# it goes with that claim alone (two claims of one run are two instances).
+_HELD = "_held_outcome"
+
+
+@dataclass(frozen=True)
+class _Held:
+    """An outcome written but not committed: the run's next fenced record carries it."""
+
+    op: Operation
+    params: dict[str, Any]  # the outcome's statement parameters, prefixed `p_`
+    written: Written
+
+
+def _take_held(run: Run) -> _Held | None:
+    # Taken before the record that carries it runs: if that record fails, the outcome is lost
+    # with it, as a crash after the handler loses it, and nothing carries it twice.
+    held: _Held | None = run.__dict__.pop(_HELD, None)
+    return held
+
+
+def settle(run: Run) -> None:
+    """Commit the run's held outcome alone, if it holds one: before a write that does not
+    carry it (a question to a person, an outcome that commits alone)."""
+    held = _take_held(run)
+    if held is not None:
+        now = held.written.now
+        with _record(run, now, atomic=True, carrying=held) as (db, dialect, cursor, params):
+            params.update({name[2:]: value for name, value in held.params.items()})
+            ids = dialect.update_operation(db, cursor, "outcome", params, carried=False)
+            if ids is None:
+                raise LeaseLost(run.pk)
+        _published(run, db, held, ids, [])
+
+
 @contextmanager
 def _record(
-    run: Run, now: dt.datetime, *, atomic: bool
+    run: Run, now: dt.datetime, *, atomic: bool, carrying: _Held | None
 ) -> Iterator[tuple[BaseDatabaseWrapper, Dialect, Any, dict[str, Any]]]:
     """The frame of one fenced record: the database, its dialect, a DB-API cursor and the
-    fence's parameters. `atomic=False` lets a record that is one statement commit alone."""
+    fence's parameters (with the held outcome's, if it carries one). A record that is one
+    statement commits alone (autocommit) unless `atomic` or a crash can be injected inside it.
+    """
     db = connection()
     dialect = dialect_of(db)
     with _carried_fence(run) as (fence, held):
@@ -129,24 +173,66 @@ def _record(
             "held": held,
             "lease": dialect.moment(db, _lease(now)),
             "now": dialect.moment(db, now),
+            "pausable": False,
         }
+        if carrying is not None:
+            params.update(carrying.params)
+        atomic = atomic or (carrying is not None and faults.active())
         if atomic or not dialect.one_statement or db.in_atomic_block:
             with dialect.transaction(db) as cursor:
                 yield db, dialect, cursor, params
+                if carrying is not None:
+                    # Model requests are reached as "model" at every window, as the harness
+                    # targets them.
+                    faults.reach(
+                        "during_outcome", run, carrying.op.key, _operation_name(carrying.op)
+                    )
         else:
             with db.wrap_database_errors, dialect.cursor(db) as cursor:
                 yield db, dialect, cursor, params
 
 
+def _published(
+    run: Run, db: BaseDatabaseWrapper, carried: _Held | None, ids: list[int], own: list[Written]
+) -> None:
+    """After the commit of a record: its events published in log order, then the carried
+    outcome's "after_outcome" window."""
+    written = ([carried.written] if carried is not None else []) + own
+    for event_id, each in zip(ids, written, strict=True):
+        publish(db, event_id, each)
+    if carried is not None:
+        faults.reach("after_outcome", run, carried.op.key, _operation_name(carried.op))
+
+
 # --- the two records of a call ------------------------------------------------------------------
 
 
+def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
+    """A fenced record wrote nothing: the run is no longer ours (LeaseLost), or an intent met
+    an operator's pause (PauseRequested; the outcome it carried is held again, for the pause's
+    own move to carry)."""
+    ours = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING)
+    if pausable and ours.exclude(pause_requested_by="").exists():
+        if carried is not None:
+            run.__dict__[_HELD] = carried
+        raise PauseRequested(run.pk)
+    raise LeaseLost(run.pk)
+
+
 def _insert_operation(
-    run: Run, now: dt.datetime, *, event_kind: EventKind, data: dict[str, Any], **fields: Any
+    run: Run,
+    now: dt.datetime,
+    *,
+    event_kind: EventKind,
+    data: dict[str, Any],
+    pausable: bool = False,
+    **fields: Any,
 ) -> Operation:
     """A new operation row and its event, fenced; the Operation as `objects.create` returns it."""
-    with _record(run, now, atomic=False) as (db, dialect, cursor, params):
+    carried = _take_held(run)
+    with _record(run, now, atomic=False, carrying=carried) as (db, dialect, cursor, params):
         params.update(
+            pausable=pausable,
             key=fields["key"],
             kind=fields["kind"],
             name=fields["name"],
@@ -160,11 +246,11 @@ def _insert_operation(
             event=event_kind,
             data=dialect.json(db, data),
         )
-        written = dialect.new_operation(db, cursor, params)
+        written = dialect.new_operation(db, cursor, params, carried=carried is not None)
         if written is None:
-            raise LeaseLost(run.pk)
-    event_id, operation_id = written
-    publish(db, event_id, Written(run.pk, event_kind, fields["key"], data, now))
+            _refused(run, carried, pausable=params["pausable"])
+    event_ids, operation_id = written
+    _published(run, db, carried, event_ids, [Written(run.pk, event_kind, fields["key"], data, now)])
     op = Operation(id=operation_id, run=run, attempts=1, intent_at=now, **fields)
     op._state.adding = False
     op._state.db = db.alias
@@ -183,7 +269,9 @@ def write_intent(
     input_hash: str,
     rerun: str = "",
 ) -> Operation:
-    """Write 1 of 2: the operation's full input, committed before it is dispatched.
+    """Write 1 of 2: the operation's full input, committed before it is dispatched (with the
+    held outcome of the call before it, if any). It is the engine's pause point: if an operator
+    asked the run to pause, it writes nothing and raises PauseRequested.
 
     `rerun` says, in the intent's event, why an operation with an earlier intent runs again.
     """
@@ -194,6 +282,7 @@ def write_intent(
             now,
             event_kind=EventKind.INTENT,
             data={"call": kind, "name": name, "attempt": 1},
+            pausable=True,
             key=key,
             kind=kind,
             name=name,
@@ -206,18 +295,20 @@ def write_intent(
     data: dict[str, Any] = {"call": kind, "name": name, "attempt": attempts}
     if rerun:
         data["rerun"] = rerun
-    with _record(run, now, atomic=False) as (db, dialect, cursor, params):
+    carried = _take_held(run)
+    with _record(run, now, atomic=False, carrying=carried) as (db, dialect, cursor, params):
         params.update(
+            pausable=True,
             op=existing.pk,
             attempts=attempts,
             key=key,
             event=EventKind.INTENT,
             data=dialect.json(db, data),
         )
-        event_id = dialect.update_operation(db, cursor, "reintent", params)
-        if event_id is None:
-            raise LeaseLost(run.pk)
-    publish(db, event_id, Written(run.pk, EventKind.INTENT, key, data, now))
+        ids = dialect.update_operation(db, cursor, "reintent", params, carried=carried is not None)
+        if ids is None:
+            _refused(run, carried, pausable=True)
+    _published(run, db, carried, ids, [Written(run.pk, EventKind.INTENT, key, data, now)])
     op = existing
     op.status, op.attempts, op.intent_at = OperationStatus.STARTED, attempts, now
     op.error, op.outcome_at = "", None
@@ -233,8 +324,16 @@ def write_outcome(
     is_error: bool = False,
     error: str = "",
     usage: dict[str, Any] | None = None,
+    hold: bool = False,
 ) -> None:
-    """Write 2 of 2: the normalized result (or error), atomically with its event."""
+    """Write 2 of 2: the normalized result (or error), atomically with its event.
+
+    `hold=True` when the next call is ready to dispatch: the outcome is held, written but not
+    committed, and the run's next fenced record carries it, in the same commit (the fold). The
+    caller then does nothing that depends on the outcome before that record. Otherwise it
+    commits alone, now.
+    """
+    settle(run)  # an outcome never carries another: the one held before it commits first
     now = clock.now()
     data = {
         "call": op.kind,
@@ -243,26 +342,24 @@ def write_outcome(
         "is_error": is_error,
         "error": error,
     }
-    # A transaction of its own even where the record is one statement: the crash window
-    # "during_outcome" sits inside it, after the statement, and must roll it back whole.
-    with _record(run, now, atomic=True) as (db, dialect, cursor, params):
-        params.update(
-            op=op.pk,
-            status=status,
-            result=dialect.json(db, result),
-            is_error=is_error,
-            error=error,
-            usage=dialect.json(db, usage),
-            key=op.key,
-            event=EventKind.OUTCOME,
-            data=dialect.json(db, data),
-        )
-        event_id = dialect.update_operation(db, cursor, "outcome", params)
-        if event_id is None:
-            raise LeaseLost(run.pk)
-        # Model requests are reached as "model" at every window, as the harness targets them.
-        faults.reach("during_outcome", run, op.key, _operation_name(op))
-    publish(db, event_id, Written(run.pk, EventKind.OUTCOME, op.key, data, now))
+    db = connection()
+    dialect = dialect_of(db)
+    held = _Held(
+        op,
+        {
+            "p_op": op.pk,
+            "p_status": status,
+            "p_result": dialect.json(db, result),
+            "p_is_error": is_error,
+            "p_error": error,
+            "p_usage": dialect.json(db, usage),
+            "p_key": op.key,
+            "p_event": EventKind.OUTCOME,
+            "p_data": dialect.json(db, data),
+            "p_now": dialect.moment(db, now),
+        },
+        Written(run.pk, EventKind.OUTCOME, op.key, data, now),
+    )
     op.status, op.result, op.is_error, op.error, op.usage, op.outcome_at = (
         status,
         result,
@@ -271,6 +368,9 @@ def write_outcome(
         usage,
         now,
     )
+    run.__dict__[_HELD] = held
+    if not hold:
+        settle(run)
 
 
 def _operation_name(op: Operation) -> str:
@@ -336,17 +436,19 @@ def transition(
         "lease_expires_at = NULL",
         "updated_at = %(now)s",
     ]
-    with _record(run, now, atomic=False) as (db, dialect, cursor, params):
+    carried = _take_held(run)
+    with _record(run, now, atomic=False, carrying=carried) as (db, dialect, cursor, params):
         params.update(status=status, key=key, event=kind, data=dialect.json(db, data))
         for name, value in fields.items():
             field = Run._meta.get_field(name)
             assert isinstance(field, Field)  # the run's own columns, never a relation
             assignments.append(f"{field.column} = %(f_{name})s")
             params[f"f_{name}"] = field.get_db_prep_save(value, db)
-        event_id = dialect.move_owned(db, cursor, ", ".join(assignments), params)
-        if event_id is None:
+        moved = ", ".join(assignments)
+        ids = dialect.move_owned(db, cursor, moved, params, carried=carried is not None)
+        if ids is None:
             raise LeaseLost(run.pk)
-    publish(db, event_id, Written(run.pk, kind, key, data, now))
+    _published(run, db, carried, ids, [Written(run.pk, kind, key, data, now)])
     run.status = status
 
 
@@ -355,6 +457,7 @@ def request_interaction(
 ) -> Interaction:
     """Ask a person; the run waits. Written before the tool's intent."""
     transitions.check([RunStatus.RUNNING], RunStatus.WAITING)
+    settle(run)  # the outcome before the question: a person never waits on an unwritten one
     now = clock.now()
     with _carried_fence(run) as (fence, held), transaction.atomic():
         # The move is the fence: it lands only while the run is ours.

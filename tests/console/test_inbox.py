@@ -10,9 +10,10 @@ from runtime import respond
 from runtime.models import Event
 from tests.console.conftest import World
 
-# session, user, the user's and the groups' permissions; then the cursor, status counts,
-# pending counts, approvals, questions, blocked runs and retry waits.
-INBOX_QUERIES = 11
+# session, user, the user's and the groups' permissions; then the cursor, the kept counts (runs
+# by status and pending interactions by kind, in one), approvals, questions, blocked runs and
+# retry waits.
+INBOX_QUERIES = 10
 
 
 def test_it_lists_every_kind_of_work_waiting_for_a_person(world, as_user):

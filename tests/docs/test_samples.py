@@ -80,7 +80,7 @@ def test_the_pages_have_the_samples_this_test_runs() -> None:
     found = {page.name: samples(page) for page in PAGES}
     assert [s.lang for s in found["README.md"] if not s.not_run] == ["python", "python"]
     assert sum(s.lang == "python" for s in found["reference.md"]) == 3
-    assert [s.lang for s in found["deployment.md"] if not s.not_run] == ["sh", "python"]
+    assert [s.lang for s in found["deployment.md"] if not s.not_run] == ["sh", "sh", "python"]
     assert {s.not_run for s in found["README.md"] if s.lang == "sh"} == {
         "make run serves until stopped; make test is the suite itself"
     }

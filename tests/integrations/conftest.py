@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from runtime import respond, submit
 from runtime.models import Interaction, Run
@@ -51,3 +52,27 @@ def approval_run(define: Any) -> Any:
 def finish(run: Run, interaction: Interaction) -> Run:
     respond(interaction.pk, {"approved": True}, actor="bob")
     return run_until_idle(run.pk)
+
+
+TOKEN = "s3cret-scrape-token"
+
+
+@pytest.fixture
+def scrape(client, settings):
+    settings.AGENTOPS_METRICS_TOKEN = TOKEN
+
+    def _scrape() -> dict[tuple[str, tuple], float]:
+        response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response.status_code == 200
+        assert response["Content-Type"].startswith("text/plain")
+        samples = {}
+        for family in text_string_to_metric_families(response.content.decode()):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    return _scrape
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from agentops.integrations import pump
 from runtime import cancel, clock, store
@@ -13,30 +12,7 @@ from runtime.llm import Usage
 from runtime.models import EventKind, Interaction, Operation, Run
 from runtime.testing import expire_lease
 from tests.conftest import call, make_agent, say
-from tests.integrations.conftest import finish
-
-TOKEN = "s3cret-scrape-token"
-
-
-@pytest.fixture
-def scrape(client, settings):
-    settings.AGENTOPS_METRICS_TOKEN = TOKEN
-
-    def _scrape() -> dict[tuple[str, tuple], float]:
-        response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
-        assert response.status_code == 200
-        assert response["Content-Type"].startswith("text/plain")
-        samples = {}
-        for family in text_string_to_metric_families(response.content.decode()):
-            for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return samples
-
-    return _scrape
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+from tests.integrations.conftest import TOKEN, finish, value
 
 
 def paid(text: str, **tokens: int):

@@ -1,0 +1,222 @@
+"""Benchmark 6: retention at scale — rows archived and deleted per second by `archive_runs`.
+
+    .venv/bin/python -m bench.archive [--runs 20000] [--events-per-run 10] [--batch 1000]
+
+Seeds a PostgreSQL database of its own (agentops_bench_archive) in bulk SQL with finished runs
+200 days old — each with its session, two operations and its events — and as many recent
+unfinished ones that must stay, then archives everything older than 90 days into a gzip file in
+a temporary directory (runtime.retention.archive_runs, as `manage.py archive_runs` does) and
+reports rows per second, bytes per row and the batches.
+
+The baseline measured in the same run is the same archive over 1% of the runs: the rate should
+not fall as the data grows (each batch's queries are by primary key and index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import harness
+from bench.harness import Variant
+
+DATABASE = "agentops_bench_archive"
+
+
+class Archiving:
+    """A process on the benchmark database: seed finished runs, archive them, count what is left."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from django.core.management import call_command
+
+        from bench import scenario
+        from runtime import register
+
+        call_command("migrate", verbosity=0, interactive=False)
+        register([scenario.bench_agent], actor="bench")
+        self.fingerprint = scenario.bench_agent.fingerprint
+        self.events_per_run = int(options["events_per_run"])
+        self.seeded = 0
+        self.directory = Path(options["directory"])
+
+    def run(self) -> None:  # the worker's warm-up: nothing before the data is there
+        pass
+
+    def check(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def seed(self, runs: int) -> dict[str, Any]:
+        """`runs` finished runs 200 days old, and one recent queued run per ten that stays."""
+        from django.db import connection
+
+        first, last = self.seeded + 1, self.seeded + runs
+        started = time.perf_counter()
+        params: dict[str, Any] = {
+            "first": first,
+            "last": last,
+            "fingerprint": self.fingerprint,
+            "events": self.events_per_run,
+        }
+        old = "now() - interval '200 days'"
+        statements = [
+            "INSERT INTO agentops_session (id, agent, title, created_at) "
+            f"SELECT md5('s' || g)::uuid, 'bench', 'Order A-' || g, {old} "
+            "FROM generate_series(%(first)s, %(last)s) g",
+            "INSERT INTO agentops_run (id, session_id, seq, agent, version, fingerprint, status, "
+            "  input, output, error, transcript, attention_reason, attention_detail, "
+            "  blocked_operation, lease_owner, lease_expires_at, fence, steps, next_attempt_at, "
+            "  error_kind, crashed_claims, last_crash, created_at, updated_at, finished_at, "
+            "  pause_requested_by, pause_reason, paused_from, parent_id, fork_point, fork_context) "
+            "SELECT md5('r' || g)::uuid, md5('s' || g)::uuid, 1, 'bench', '1', %(fingerprint)s, "
+            "  CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'completed' END, "
+            "  'Where is order A-' || g || '?', 'It shipped.', '', '[]'::jsonb, '', '{}'::jsonb, "
+            "  '', '', NULL, 1, 1, NULL, '', 0, '', "
+            f"  CASE WHEN g %% 10 = 0 THEN now() ELSE {old} END, "
+            f"  CASE WHEN g %% 10 = 0 THEN now() ELSE {old} END, "
+            f"  CASE WHEN g %% 10 = 0 THEN NULL ELSE {old} END, '', '', '', NULL, '', '{{}}' "
+            "FROM generate_series(%(first)s, %(last)s) g",
+            "INSERT INTO agentops_operation (run_id, key, kind, name, policy, status, input, "
+            "  input_hash, result, is_error, error, usage, attempts, intent_at, outcome_at) "
+            "SELECT md5('r' || g)::uuid, k.key, k.kind, k.name, '', 'completed', "
+            '  \'{"order_id": "A-1"}\'::jsonb, md5(k.key || g), '
+            "  '{\"status\": \"paid\"}'::jsonb, false, '', NULL, 1, now(), now() "
+            "FROM generate_series(%(first)s, %(last)s) g, (VALUES "
+            "  ('step-1/model', 'model', 'bench-model'), "
+            "  ('step-1/tool/toolu_01_0', 'tool', 'get_order')) AS k(key, kind, name)",
+            "INSERT INTO agentops_event (run_id, kind, actor, operation_key, data, created_at) "
+            "SELECT md5('r' || g)::uuid, 'intent', 'runtime', 'step-1/model', "
+            f"  ('{{\"n\": ' || e || '}}')::jsonb, {old} "
+            "FROM generate_series(%(first)s, %(last)s) g, generate_series(1, %(events)s) e",
+        ]
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement, params)
+            cursor.execute("ANALYZE")
+        self.seeded = last
+        return {"seconds": time.perf_counter() - started, "rows": self.counts()}
+
+    def counts(self) -> dict[str, int]:
+        from django.db import connection
+
+        counts = {}
+        with connection.cursor() as cursor:
+            for table in ("run", "operation", "event"):
+                cursor.execute(f"SELECT count(*) FROM agentops_{table}")
+                counts[table] = cursor.fetchone()[0]
+        return counts
+
+    def archive(self, batch: int) -> dict[str, Any]:
+        from runtime.retention import archive_runs
+
+        report = archive_runs(dt.timedelta(days=90), to=self.directory, batch=batch)
+        assert report.path is not None
+        report.path.unlink()  # the bytes are counted; the disk is shared
+        return {
+            "runs": report.runs,
+            "rows": report.total_rows,
+            "by_table": report.rows,
+            "bytes": report.bytes,
+            "batches": report.batches,
+            "seconds": report.seconds,
+            "rows_per_second": report.rows_per_second,
+            "left": self.counts(),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.archive", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--events-per-run", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument(
+        "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
+    )
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    problem = harness.postgres_reachable(args.postgres)
+    if problem is not None:
+        print(f"PostgreSQL at {args.postgres} is not reachable ({problem}): nothing to measure.")
+        return 0
+    small = max(100, args.runs // 100)
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="agentops-bench-") as tmpdir:
+        url = harness.fresh_postgres_database(args.postgres, DATABASE)
+        env = harness.worker_env(Path(tmpdir))
+        env["DATABASE_URL"] = url
+        variant = Variant(
+            "archive",
+            "archive",
+            "PostgreSQL",
+            "bench.archive:Archiving",
+            options={"events_per_run": args.events_per_run, "directory": tmpdir},
+        )
+        try:
+            with harness.workers([variant], env, warmup=0) as (worker,):
+
+                def call(method: str, **kwargs: Any) -> Any:
+                    return worker.request(cmd="call", method=method, kwargs=kwargs)["result"]
+
+                for name, runs in (("baseline", small), ("at scale", args.runs)):
+                    seeded = call("seed", runs=runs)
+                    print(f"  seeded {seeded['rows']} in {seeded['seconds']:.1f} s", flush=True)
+                    results[name] = call("archive", batch=args.batch)
+                    results[name]["seeded"] = runs
+        finally:
+            harness.drop_postgres_database(args.postgres, DATABASE)
+    rows = [
+        [
+            name,
+            f"{r['seeded']:,}",
+            f"{r['runs']:,}",
+            f"{r['rows']:,}",
+            r["batches"],
+            r["seconds"],
+            f"{r['rows_per_second']:,.0f}",
+            r["bytes"] / max(1, r["rows"]),
+        ]
+        for name, r in results.items()
+    ]
+    print()
+    print(
+        f"Retention on PostgreSQL: finished runs 200 days old (each: 2 operations, "
+        f"{args.events_per_run} events), one recent queued run in ten left alone; batches of "
+        f"{args.batch} runs, each its own transaction, fsynced before its delete."
+    )
+    print()
+    print(
+        harness.table(
+            ["", "runs seeded", "archived", "rows", "batches", "s", "rows/s", "bytes/row"],
+            rows,
+            align="lrrrrrrr",
+        )
+    )
+    scale, base = results["at scale"], results["baseline"]
+    ratio = scale["rows_per_second"] / max(1e-9, base["rows_per_second"])
+    print(
+        f"\nRate at scale / baseline: {ratio:.2f}. Left after archiving: {scale['left']} "
+        "(the queued runs and their history)."
+    )
+    machine = harness.machine()
+    machine["postgresql"] = harness.postgres_version(args.postgres)
+    print(
+        f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}; "
+        f"took {time.monotonic() - started:.0f} s"
+    )
+    harness.write_json(args.json, {"benchmark": "archive", "machine": machine, **results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

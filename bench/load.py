@@ -1,0 +1,361 @@
+"""Benchmark 6: the console under load — 50 operators in browsers while runs stream in.
+
+    .venv/bin/python -m bench.load [--minutes 1] [--users 50] [--rate 10] [--strict]
+
+Everything runs on loopback, as deployed: `manage.py serve` (daphne) on PostgreSQL with the
+Redis channel layer, `celery -A agentops worker` processes on a Redis broker, and the agent of
+bench/load_agent.py, whose scripted model does no work. A submitter process starts `--rate` runs
+per second; each looks an order up and then waits for an operator to approve a refund. Locust
+(bench/locustfile.py) plays `--users` operators, each logged in through the form with a
+password and holding the inbox's websocket open: they browse the inbox and the runs list,
+search, open run pages, and approve what waits by posting the real form with its CSRF token.
+
+Reported for the duration: p50 and p95 of each page (Locust's client-side time, so it includes
+the loopback and the load generator's own scheduling), the live latency — for every websocket
+frame, its arrival minus the commit of the newest event it reflects — the errors, and the runs
+submitted and completed. Targets: page p95 under 150 ms (logging in aside), live p95 under
+250 ms, no errors; `--strict` makes a missed target the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import harness
+from bench.harness import Variant
+from bench.live import Server
+from bench.throughput import BROKER_DB, CHANNELS_DB, CeleryWorkers, _forget_queue, _redis_problem
+
+DATABASE = "agentops_bench_load"
+PASSWORD = "load-bench-password"  # a throwaway database's throwaway accounts
+PAGE_P95_MS, LIVE_P95_MS = 150.0, 250.0
+EXCEPTION = re.compile(r"^[\w.]+(Error|Exception|Exhausted|Timeout)\b.*:")
+
+
+class Submitter:
+    """The process that prepares the database and submits runs, configured like the server."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from django.contrib.auth.hashers import make_password
+        from django.contrib.auth.models import Group, User
+        from django.core.management import call_command
+
+        from bench.load_agent import load_agent
+        from runtime import register
+
+        call_command("migrate", verbosity=0, interactive=False)
+        register([load_agent], actor="bench")
+        # One hash for every account: hashing is slow on purpose.
+        password = make_password(PASSWORD)
+        operators = Group.objects.get(name="operators")
+        for number in range(1, int(options["users"]) + 1):
+            user = User.objects.create(username=f"op{number}", password=password)
+            user.groups.add(operators)
+
+    def sessions(self) -> list[str]:
+        """A logged-in session cookie per operator. Made directly, not through the login form:
+        fifty password checks (slow on purpose) would fill the first minute of a 2-core machine,
+        and what is measured is the work after logging in."""
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        cookies = []
+        for user in User.objects.filter(username__startswith="op").order_by("pk"):
+            browser = Client()
+            browser.force_login(user)
+            cookies.append(browser.cookies["sessionid"].value)
+        return cookies
+
+    def run(self) -> None:
+        pass
+
+    def check(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def drive(self, rate: float, seconds: float) -> dict[str, Any]:
+        """Submit `rate` runs per second for `seconds`, on a fixed schedule."""
+        from bench.load_agent import MESSAGE, load_agent
+        from runtime import submit
+
+        started = time.monotonic()
+        submitted = 0
+        while (due := started + submitted / rate) < started + seconds:
+            time.sleep(max(0.0, due - time.monotonic()))
+            submit(load_agent.name, MESSAGE, actor="submitter")
+            submitted += 1
+        return {"submitted": submitted, "seconds": time.monotonic() - started}
+
+    def runs(self) -> dict[str, int]:
+        from django.db.models import Count
+
+        from runtime.models import Run
+
+        rows = Run.objects.values("status").annotate(n=Count("id"))
+        return {row["status"]: row["n"] for row in rows}
+
+    def committed(self, event_ids: list[int]) -> dict[str, float]:
+        """When each event was committed (its created_at, taken just before its INSERT)."""
+        from runtime.models import Event
+
+        rows = Event.objects.filter(pk__in=event_ids).values_list("pk", "created_at")
+        return {str(pk): created.timestamp() for pk, created in rows}
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, round(share * len(ordered)) - 1)]
+
+
+def _pages(stats_csv: Path) -> tuple[list[dict[str, Any]], int, int]:
+    """Locust's figures per request name: (pages, requests, failures) of the whole run."""
+    pages, requests, failures = [], 0, 0
+    with stats_csv.open() as rows:
+        for row in csv.DictReader(rows):
+            if row["Name"] == "Aggregated":
+                requests, failures = int(row["Request Count"]), int(row["Failure Count"])
+                continue
+            pages.append(
+                {
+                    "type": row["Type"],
+                    "name": row["Name"],
+                    "requests": int(row["Request Count"]),
+                    "failures": int(row["Failure Count"]),
+                    "p50_ms": float(row["50%"] or 0),
+                    "p95_ms": float(row["95%"] or 0),
+                }
+            )
+    return pages, requests, failures
+
+
+def _locust(
+    host: str, users: int, seconds: float, tmp: Path, *, frames: Path, sessions: list[str]
+) -> subprocess.Popen[bytes]:
+    (tmp / "sessions.json").write_text(json.dumps(sessions))
+    env = {
+        **os.environ,
+        "LOAD_SESSIONS": str(tmp / "sessions.json"),
+        "LOAD_FRAMES": str(frames),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(harness.ROOT / "bench" / "locustfile.py"),
+        "--headless",
+        "--users",
+        str(users),
+        "--spawn-rate",
+        str(max(1, users // 5)),
+        "--run-time",
+        f"{max(1, round(seconds))}s",
+        "--host",
+        host,
+        "--csv",
+        str(tmp / "locust"),
+        "--only-summary",
+        "--stop-timeout",
+        "5",
+        "--loglevel",
+        "WARNING",
+    ]
+    log = (tmp / "locust.log").open("wb")
+    return subprocess.Popen(command, cwd=harness.ROOT, env=env, stdout=log, stderr=log)
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    seconds = args.minutes * 60
+    base = harness.worker_env(tmp)
+    base.pop("AGENTOPS_DISPATCH")
+    base.pop("AGENTOPS_PUBLISH")
+    redis_url = args.redis.rstrip("/")
+    queue = f"agentops-bench-load-{os.getpid()}"
+    env = {
+        **base,
+        "AGENTOPS_LOG_LEVEL": "WARNING",
+        "AGENTOPS_AGENT_MODULES": "bench.load_agent",
+        "DATABASE_URL": harness.fresh_postgres_database(args.postgres, DATABASE),
+        "CELERY_BROKER_URL": f"{redis_url}/{BROKER_DB}",
+        "REDIS_URL": f"{redis_url}/{CHANNELS_DB}",
+        "AGENTOPS_QUEUE": queue,
+    }
+    variant = Variant(
+        "submitter",
+        "submitter",
+        "PostgreSQL",
+        "bench.load:Submitter",
+        options={"users": args.users},
+    )
+    frames_file = tmp / "frames.json"
+    try:
+        with harness.workers([variant], env, warmup=0) as (submitter,):
+
+            def call(method: str, **kwargs: Any) -> Any:
+                return submitter.request(cmd="call", method=method, kwargs=kwargs)["result"]
+
+            server = Server(env, tmp / "serve.log")
+            workers = CeleryWorkers(args.workers, env, tmp)
+            try:
+                host = f"http://127.0.0.1:{server.port}"
+                print(
+                    f"  {args.users} operators, {args.rate:g} runs/s, {seconds:.0f} s "
+                    f"({args.workers} Celery workers) …",
+                    flush=True,
+                )
+                sessions = call("sessions")
+                locust = _locust(
+                    host, args.users, seconds, tmp, frames=frames_file, sessions=sessions
+                )
+                # Let the operators log in and open their sockets before the runs start.
+                time.sleep(min(5.0, seconds / 10))
+                driven = call("drive", rate=args.rate, seconds=seconds - min(5.0, seconds / 10))
+                locust.wait(timeout=seconds + 120)
+                runs = call("runs")
+                frames = json.loads(frames_file.read_text()) if frames_file.exists() else []
+                committed = call("committed", event_ids=sorted({f[1] for f in frames}))
+                server_rss, worker_rss = server.peak_rss_mb(), workers.peak_rss_mb()
+            finally:
+                workers.stop()
+                server.stop()
+    finally:
+        harness.drop_postgres_database(args.postgres, DATABASE)
+        _forget_queue(redis_url, queue)
+    # The server's own word on its errors: the last line of each traceback, counted.
+    raised = collections.Counter(
+        line.strip()
+        for line in (tmp / "serve.log").read_text(errors="replace").splitlines()
+        if EXCEPTION.match(line)
+    )
+    stats = tmp / "locust_stats.csv"
+    if not stats.exists():
+        raise harness.WorkerError(f"Locust wrote no figures:\n{(tmp / 'locust.log').read_text()}")
+    pages, requests, failures = _pages(stats)
+    reasons = tmp / "locust_failures.csv"
+    with reasons.open() as rows:
+        why = [
+            f"{r['Method']} {r['Name']}: {r['Error']} ({r['Occurrences']}x)"
+            for r in csv.DictReader(rows)
+        ]
+    live = [
+        1000 * (arrival - committed[str(event)])
+        for arrival, event in frames
+        if str(event) in committed
+    ]
+    return {
+        "seconds": seconds,
+        "users": args.users,
+        "rate": args.rate,
+        "pages": pages,
+        "requests": requests,
+        "failures": failures,
+        "why": why + [f"server: {line} ({n}x)" for line, n in raised.most_common(5)],
+        "live_ms": live,
+        "frames": len(frames),
+        "submitted": driven["submitted"],
+        "runs": runs,
+        "server_rss_mb": server_rss,
+        "worker_rss_mb": worker_rss,
+    }
+
+
+def report(result: dict[str, Any]) -> tuple[str, bool]:
+    """The figures as a table and a pass/fail line per target; whether every target was met."""
+    http = [p for p in result["pages"] if p["type"] in ("GET", "POST")]
+    # Logging in (once per operator, its password hash slow on purpose) is not browsing.
+    browsing = [p for p in http if not p["name"].startswith(("log", "login"))]
+    rows = [[p["name"], p["requests"], p["failures"], p["p50_ms"], p["p95_ms"]] for p in http]
+    live = result["live_ms"]
+    if live:
+        rows.append(
+            [
+                "live: commit -> frame",
+                len(live),
+                "",
+                statistics.median(live),
+                _percentile(live, 0.95),
+            ]
+        )
+    completed = result["runs"].get("completed", 0)
+    lines = [
+        f"Under load: {result['users']} operators (Locust), {result['rate']:g} runs/s submitted "
+        f"for {result['seconds']:.0f} s; PostgreSQL, Redis channel layer and broker; "
+        "times in ms.",
+        "",
+        harness.table(["page", "requests", "failures", "p50", "p95"], rows, align="lrrrr"),
+        "",
+        f"Runs: {result['submitted']} submitted, {completed} completed; at the end "
+        + ", ".join(f"{n} {status}" for status, n in sorted(result["runs"].items()))
+        + f". Requests: {result['requests']}, failures: {result['failures']}; websocket frames: "
+        f"{result['frames']}. Peak RSS: server {result['server_rss_mb']:.0f} MB, "
+        f"a worker {result['worker_rss_mb']:.0f} MB.",
+        "",
+    ]
+    worst = max(browsing, key=lambda p: p["p95_ms"], default=None)
+    page_ok = worst is not None and worst["p95_ms"] < PAGE_P95_MS
+    live_p95 = _percentile(live, 0.95) if live else float("inf")
+    live_ok = live_p95 < LIVE_P95_MS
+    errors_ok = result["failures"] == 0 and bool(live)
+    worst_text = f"{worst['p95_ms']:.0f} ms, {worst['name']}" if worst else "no pages"
+    lines += [
+        f"Target page p95 under {PAGE_P95_MS:.0f} ms: {'PASS' if page_ok else 'FAIL'} "
+        f"(worst {worst_text})",
+        f"Target live p95 under {LIVE_P95_MS:.0f} ms: {'PASS' if live_ok else 'FAIL'} "
+        f"({live_p95:.0f} ms over {len(live)} frames)",
+        f"Target zero errors: {'PASS' if errors_ok else 'FAIL'} ({result['failures']} failures)",
+        *(f"  {reason}" for reason in result["why"]),
+    ]
+    return "\n".join(lines), page_ok and live_ok and errors_ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--users", type=int, default=50, help="simulated operators")
+    parser.add_argument("--rate", type=float, default=10.0, help="runs submitted per second")
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument(
+        "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
+    )
+    parser.add_argument(
+        "--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379")
+    )
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    problem = harness.postgres_reachable(args.postgres) or _redis_problem(args.redis)
+    if problem is not None:
+        print(f"PostgreSQL or Redis not reachable ({problem}): nothing to measure.")
+        return 1 if args.strict else 0
+    with tempfile.TemporaryDirectory(prefix="agentops-bench-") as tmpdir:
+        result = measure(args, Path(tmpdir))
+    text, met = report(result)
+    print()
+    print(text)
+    print(
+        f"\nMachine: {', '.join(f'{k} {v}' for k, v in harness.machine().items())}; "
+        f"took {time.monotonic() - started:.0f} s"
+    )
+    harness.write_json(args.json, {"benchmark": "load", **result})
+    return 1 if args.strict and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
