@@ -54,7 +54,7 @@ test: lint
 # soak starts itself: the chaos soak (SOAK_RUNS runs under faults), then races at 1,000 and the
 # fuzzing at 2,000 examples per form, per API operation and per condition test. `make test` runs
 # the bounded versions.
-SOAK_RUNS ?= 500
+SOAK_RUNS ?= 1000
 SOAK_DATABASE ?= test_agentops_soak
 soak: install
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
@@ -62,7 +62,8 @@ soak: install
 		$(BIN)/pytest -m soak tests/reliability $(PYTEST_ARGS)
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
 		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \
-		$(BIN)/pytest tests/reliability/test_races.py tests/fuzz tests/api/test_schema.py $(PYTEST_ARGS)
+		$(BIN)/pytest tests/reliability/test_races.py tests/reliability/test_approval_races.py \
+			tests/fuzz tests/api/test_schema.py $(PYTEST_ARGS)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench.load --minutes 5
 

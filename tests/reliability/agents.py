@@ -2,8 +2,9 @@
 
 Worker processes load this module through AGENTOPS_AGENT_MODULES (and `--include`). The service
 keeps its records in files under $AGENTOPS_TEST_EFFECTS, one line per call and one per effect,
-each written with a single O_APPEND write so that concurrent processes never interleave; that is
-how effects are counted across processes that die.
+each written with a single O_APPEND write so that concurrent processes never interleave (a
+deduplicated call's effect is a marker file, created once); that is how effects are counted
+across processes that die.
 
 A run's input is a JSON plan: {"steps": [[[tool, args], ...], ...], "model_errors": [step, ...],
 "model_seconds": seconds}.
@@ -66,23 +67,32 @@ def _append(name: str, *fields: object) -> None:
         os.close(fd)
 
 
+def _marker(folder: Path, marker: str) -> Path:
+    return folder / "markers" / hashlib.sha256(marker.encode()).hexdigest()
+
+
 def _first_time(marker: str) -> bool:
     """True exactly once per marker, across processes (an O_EXCL create)."""
-    folder = _effects_dir() / "markers"
-    folder.mkdir(exist_ok=True)
-    name = hashlib.sha256(marker.encode()).hexdigest()
+    path = _marker(_effects_dir(), marker)
+    path.parent.mkdir(exist_ok=True)
     try:
-        os.close(os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
     except FileExistsError:
         return False
     return True
 
 
 def apply(operation_id: str, *, deduplicate: bool = False) -> str:
-    """One call to the service; it takes effect unless it deduplicates a known operation id."""
+    """One call to the service; it takes effect unless it deduplicates a known operation id.
+
+    A deduplicated call's effect is the service's record of its key (one atomic create), as in
+    a service that stores the key with the effect: a process killed at any point leaves the
+    effect made once or not at all.
+    """
     _append("calls", operation_id, os.getpid(), time.time())
     receipt = "rcpt-" + hashlib.sha256(operation_id.encode()).hexdigest()[:10]
-    if deduplicate and not _first_time(f"receipt:{operation_id}"):
+    if deduplicate:
+        _first_time(f"receipt:{operation_id}")
         return receipt
     _append("effects", operation_id, os.getpid(), time.time())
     return receipt
@@ -119,6 +129,9 @@ def read_records(folder: Path) -> Records:
         records.calls[row[0]] += 1
     for row in rows("effects"):
         records.effects[row[0]] += 1
+    for operation_id in list(records.calls):  # the deduplicated calls' effects (see `apply`)
+        if _marker(folder, f"receipt:{operation_id}").exists():
+            records.effects[operation_id] += 1
     records.spans = [(r[0], int(r[1]), float(r[2]), float(r[3])) for r in rows("spans")]
     records.fenced = [(r[0], int(r[1]), int(r[2]), r[3], float(r[4])) for r in rows("fenced")]
     return records

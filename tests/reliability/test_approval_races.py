@@ -1,17 +1,24 @@
 """Approval policy under concurrency, on PostgreSQL: approvers racing to a quorum, people
-racing to claim an item, sweeps racing to fire timers, and real workers restarted while the
-timers fall due."""
+racing to claim an item, sweeps racing to fire timers, a late approval racing the expiry, and
+real workers restarted while the timers fall due.
+
+`make test` races a few dozen items of each; `make soak` (AGENTOPS_SOAK=1) 1,000.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
 
-from runtime import AgentOpsError, respond, submit, work
+from runtime import AgentOpsError, clock, respond, submit, work
 from runtime.models import (
     ApprovalReceipt,
     ApprovalRule,
@@ -22,6 +29,8 @@ from runtime.models import (
     InteractionStatus,
     Run,
     RunStatus,
+    TimerKind,
+    WorkItem,
 )
 from runtime.testing import run_until_idle
 from tests.conftest import make_agent, one_call
@@ -31,7 +40,8 @@ from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-PAIRS = 30
+SCALE = 1000 if os.environ.get("AGENTOPS_SOAK") == "1" else 30
+PAIRS = SCALE
 BIG = {"order_id": "A1", "amount_cents": 5000}
 
 
@@ -98,7 +108,7 @@ def test_claims_racing_one_person_wins_the_others_are_told_who(define):
     people()
     define(make_agent([]), register_them=False)
     rule(condition=OVER_1000)
-    runs = waiting_runs(define, 10)
+    runs = waiting_runs(define, SCALE)
     for run in runs:
         interaction = Interaction.objects.get(run=run)
         outcomes = at_once(
@@ -113,6 +123,73 @@ def test_claims_racing_one_person_wins_the_others_are_told_who(define):
         assert all(isinstance(o, AgentOpsError) and o.code == "claim_conflict" for o in losers)
         assert all(f"{winners[0]} is on it" in o.message for o in losers)
         assert Event.objects.filter(run=run, kind=EventKind.ITEM_CLAIMED).count() == 1
+
+
+def test_a_late_approval_and_the_expiry_have_exactly_one_winner(
+    define, effects, monkeypatch, observe
+):
+    """The approver decides a millisecond before the deadline while a sweep fires the expiry a
+    millisecond after it (each thread on its own clock): one of them decides, audited once."""
+    people()
+    define(make_agent([]), register_them=False)
+    rule(condition=OVER_1000, seconds={"expires_after": 3600}, expiry_reason="too late")
+    runs = waiting_runs(define, SCALE)
+    moment = threading.local()
+    real_now = clock.now
+    monkeypatch.setattr(clock, "now", lambda: getattr(moment, "at", None) or real_now())
+
+    def at(when: dt.datetime, call: Callable[[], Any]) -> Callable[[], Any]:
+        def timed() -> Any:
+            moment.at = when
+            try:
+                return call()
+            finally:
+                moment.at = None
+
+        return timed
+
+    deadlines = {run.pk: WorkItem.objects.get(interaction__run=run).expires_at for run in runs}
+    # The warnings before the first deadline are fired first, so that each race's sweep
+    # meets only its own expiry.
+    while at(min(deadlines.values()) - dt.timedelta(seconds=1), work.fire_due_timers)():
+        pass
+    tick = dt.timedelta(milliseconds=1)
+    decisions = [EventKind.APPROVAL_GRANTED, EventKind.APPROVAL_EXPIRED]
+    winners: Counter[str] = Counter()
+    for run in runs:
+        interaction = Interaction.objects.get(run=run)
+        deadline = deadlines[run.pk]
+        approval, sweep = at_once(
+            [
+                at(
+                    deadline - tick,
+                    lambda i=interaction: respond(i.pk, {"approved": True}, actor="ann"),
+                ),
+                at(deadline + tick, work.fire_due_timers),
+            ]
+        )
+        assert won(sweep), sweep
+        decided = Counter(
+            Event.objects.filter(run=run, kind__in=decisions).values_list("kind", flat=True)
+        )
+        if won(approval):
+            assert decided == {EventKind.APPROVAL_GRANTED: 1}
+            winners["the approval"] += 1
+        else:
+            assert isinstance(approval, AgentOpsError), approval
+            assert approval.code in ("interaction_conflict", "approval_refused"), approval
+            assert decided == {EventKind.APPROVAL_EXPIRED: 1}
+            winners["the expiry"] += 1
+        interaction.refresh_from_db()
+        assert interaction.status == InteractionStatus.ANSWERED
+        assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+    assert ApprovalTimer.objects.filter(kind=TimerKind.EXPIRE, fired_at__isnull=True).count() == 0
+    # The runs go on: each approved call is made once, each expired one never.
+    for run in runs:
+        assert run_until_idle(run.pk).status == RunStatus.COMPLETED
+    assert effects.total == winners["the approval"]
+    assert set(effects.effects.values()) <= {1}
+    observe(f"late approval against the expiry: {SCALE} races, won by {dict(winners)}")
 
 
 def test_sweeps_racing_fire_each_timer_once(define):

@@ -1,5 +1,7 @@
 """The chaos soak: refund-desk runs on real workers under random kills, pauses, dropped database
-connections and broker restarts; then the invariants (see chaos_support).
+connections, broker restarts and outages, a poison run and a model server answering every stop
+reason and error; operators approving under a quorum rule with expiries, reconciling, pausing,
+forking and running bulk jobs meanwhile; then the invariants (see chaos_support).
 
 `make test` runs the bounded soak with a fresh seed each time; `make soak` runs the long one
 (AGENTOPS_SOAK=1, `soak` marker; AGENTOPS_SOAK_RUNS sets its size). AGENTOPS_CHAOS_SEED replays
@@ -9,6 +11,7 @@ and the runs, not every interleaving). A seed that failed goes into REGRESSION_S
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import shutil
@@ -21,11 +24,24 @@ import pytest
 from runtime import register
 from tests.reliability.chaos_support import (
     AGENT_MODULES,
+    APPROVER,
+    APPROVERS_GROUP,
+    CHAOS_AGENT,
+    EXPIRY_REASON,
+    FAULTS,
+    MODEL_ERRORS,
+    MODEL_KEY,
+    MODEL_KEY_ENV,
+    MODEL_URL_ENV,
+    SECOND_APPROVER,
+    STOP_REASONS,
+    ModelServer,
     OwnRedis,
     Report,
     Settings,
     Soak,
     chaos_desk,
+    claude_desk,
 )
 from tests.reliability.conftest import STRICT
 from tests.reliability.harness import Cluster
@@ -37,17 +53,45 @@ SOAK = os.environ.get("AGENTOPS_SOAK") == "1"
 # 1978510267 showed a worker paused inside a tool call finishing that call after the takeover;
 # the check now tells such calls (their writes refused by the fence) from two live owners.
 REGRESSION_SEEDS: list[int] = [1978510267]
-BOUNDED = Settings(runs=80, min_fault_seconds=25.0)
-REGRESSION = Settings(runs=40, min_fault_seconds=15.0)
+# `make test`: short Redis outages and expiries, so that it keeps to about a minute.
+BOUNDED = Settings(runs=80, min_fault_seconds=25.0, redis_outage=4.0, expires_after=3.0)
+REGRESSION = Settings(runs=40, min_fault_seconds=15.0, redis_outage=3.0, expires_after=3.0)
 
 
 class ChaosCluster(Cluster):
-    """The harness's cluster, with the chaos agent in the workers' code registry."""
+    """The harness's cluster, with the chaos agents in the workers' code registry and the
+    address of the fake Messages API."""
+
+    def __init__(self, folder: Path, *, broker_url: str, model_url: str) -> None:
+        super().__init__(folder, broker_url=broker_url)
+        self.model_url = model_url
 
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
         env = super()._env(extra)
         env["AGENTOPS_AGENT_MODULES"] = AGENT_MODULES
+        env[MODEL_URL_ENV] = self.model_url
+        env[MODEL_KEY_ENV] = MODEL_KEY
         return env
+
+
+def approval_rule(size: Settings) -> None:
+    """Refunds need two approvers of the group, and expire when nobody decides in time."""
+    from django.contrib.auth.models import Group, User
+
+    from runtime.models import ApprovalRule
+
+    group = Group.objects.create(name=APPROVERS_GROUP)
+    for name in (APPROVER, SECOND_APPROVER):
+        User.objects.create(username=name).groups.add(group)
+    ApprovalRule.objects.create(
+        name="refunds: two approvers",
+        agent=CHAOS_AGENT,
+        tool="refund",
+        approver_group=group,
+        quorum=2,
+        expires_after=dt.timedelta(seconds=size.expires_after),
+        expiry_reason=EXPIRY_REASON,
+    )
 
 
 @pytest.fixture
@@ -59,17 +103,22 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
             pytest.fail(message)
         pytest.skip(message)
     settings.AGENTOPS_AGENT_MODULES = AGENT_MODULES.split(",")
-    register([chaos_desk], actor="chaos-test")
+    register([chaos_desk, claude_desk], actor="chaos-test")
     servers: list[OwnRedis] = []
+    models: list[ModelServer] = []
     clusters: list[Cluster] = []
 
     def make(seed: int, size: Settings) -> Soak:
+        approval_rule(size)
         server = OwnRedis(tmp_path)
         servers.append(server)
         server.start()
-        cluster = ChaosCluster(tmp_path, broker_url=server.url)
+        model = ModelServer()
+        models.append(model)
+        model.start()
+        cluster = ChaosCluster(tmp_path, broker_url=server.url, model_url=model.url)
         clusters.append(cluster)
-        return Soak(cluster, server, seed, size)
+        return Soak(cluster, server, model, seed, size)
 
     try:
         yield make
@@ -78,6 +127,8 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
             cluster.stop_all()
         for server in servers:
             server.stop()
+        for model in models:
+            model.stop()
 
 
 def seed_to_use() -> int:
@@ -91,7 +142,15 @@ def assert_invariants(report: Report) -> None:
     assert report.lost == 0
     assert report.duplicates == 0
     # The schedule starts with one fault of each kind, so that each is survived every time.
-    assert {"kill", "pause", "db_drop", "redis_restart"} <= set(report.faults)
+    assert set(FAULTS) <= set(report.faults)
+    # The poison run killed its workers until it was contained, and was.
+    assert report.worker_crashes >= 1
+    assert report.contained["crash_loop"] + report.contained["attempts_exhausted"] >= 1
+    # Every stop reason and every error of the model server was met by some run.
+    served = set(report.model_answers)
+    assert set(STOP_REASONS) | {e for e in MODEL_ERRORS if e} <= served, served
+    assert report.approvals_counted and report.approvals and report.expiries
+    assert report.pauses and report.forks and report.bulk_touched
 
 
 def test_it_keeps_every_invariant_under_random_faults(chaos, observe) -> None:
@@ -100,7 +159,7 @@ def test_it_keeps_every_invariant_under_random_faults(chaos, observe) -> None:
     report = chaos(seed, BOUNDED).run()
     observe(report.line())
     assert_invariants(report)
-    assert report.runs == BOUNDED.runs
+    assert report.runs == BOUNDED.runs + report.forks
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
@@ -115,9 +174,10 @@ def test_it_keeps_every_invariant_for_the_seeds_that_once_failed(chaos, observe,
 @pytest.mark.skipif(not SOAK, reason="the long soak: `make soak` (AGENTOPS_SOAK=1)")
 def test_the_long_soak_keeps_every_invariant(chaos, observe) -> None:
     seed = seed_to_use()
-    runs = int(os.environ.get("AGENTOPS_SOAK_RUNS", "500"))
+    runs = int(os.environ.get("AGENTOPS_SOAK_RUNS", "1000"))
     print(f"chaos seed={seed} runs={runs}")
-    report = chaos(seed, Settings(runs=runs, workers=4, min_fault_seconds=120.0)).run()
+    size = Settings(runs=runs, workers=6, window=24, min_fault_seconds=120.0)
+    report = chaos(seed, size).run()
     observe(report.line())
     assert_invariants(report)
-    assert report.runs == runs
+    assert report.runs == runs + report.forks

@@ -3,15 +3,17 @@
 Each pair of calls starts at once (a barrier per pair, each side on its own thread and its own
 connection). Conflicting answers to one approval or question: exactly one wins, the other gets
 the conflict error naming the winner, and the run moves once. Resolve, retry and cancel
-combinations: the outcome is one of the two serial orders, every refusal is a typed conflict
-error (never a database error), every success has exactly one audit event, and after the runs
-finish nothing was applied twice or lost.
+combinations, and a bulk job's item against a single-run action, and a fork against a retry: the
+outcome is one of the two serial orders, every refusal is a typed conflict error (never a
+database error), every success has exactly one audit event, and after the runs finish nothing
+was applied twice or lost.
 
 `make test` runs 200 of each; `make soak` (AGENTOPS_SOAK=1) runs 1,000.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 import time
@@ -30,6 +32,7 @@ from runtime import (
     ModelRetry,
     ToolContext,
     ask_operator,
+    bulk,
     cancel,
     resolve,
     respond,
@@ -37,9 +40,20 @@ from runtime import (
     submit,
     tool,
 )
+from runtime.errors import InvalidTransition
 from runtime.llm import ModelRequest, ModelResponse
 from runtime.llm.scripted import ScriptedModel, call, say
-from runtime.models import Event, Interaction, Operation, Run, RunStatus
+from runtime.models import (
+    BulkItemStatus,
+    BulkJob,
+    BulkJobItem,
+    Event,
+    Interaction,
+    Operation,
+    Run,
+    RunStatus,
+)
+from runtime.surgery import fork
 from runtime.testing import SimulatedCrash, recover, run_until_idle
 from tests.conftest import EFFECTS, TOOLS, Amount, Receipt, one_call
 
@@ -48,7 +62,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 SCALE = 1000 if os.environ.get("AGENTOPS_SOAK") == "1" else 200
 GROUPS = 8  # pairs of threads, each pair working through its share of the races
 CONFLICTS = {"interaction_conflict", "interaction_closed", "not_blocked", "retry_rejected"}
-CONFLICTS.add("invalid_transition")
+CONFLICTS |= {"invalid_transition", "fork_refused"}
 
 
 @tool(recovery="manual")
@@ -285,7 +299,22 @@ COMBOS = [
         "race-approval",
         (((True, True), CANCELLED), ((False, True), CANCELLED)),
     ),
+    # A bulk job's item (submitted and worked through as the workers do) against one operator.
+    Combo(
+        "bulk-pause/cancel",
+        "race-approval",
+        (((True, True), CANCELLED), ((False, True), CANCELLED)),
+    ),
+    Combo(
+        "bulk-cancel/respond",
+        "race-approval",
+        (((True, False), CANCELLED), ((True, True), CANCELLED)),
+    ),
+    Combo("bulk-retry/retry", "race-failed", (((True, False), QUEUED), ((False, True), QUEUED))),
+    # A fork reads the parent's log; a retry first leaves nothing to fork (it is queued).
+    Combo("fork/retry", "race-failed", (((True, True), QUEUED), ((False, True), QUEUED))),
 ]
+FAILED_MODEL_KEY = "step-1/model"
 
 
 def calls(combo: Combo, run: Run) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -306,7 +335,45 @@ def calls(combo: Combo, run: Run) -> tuple[Callable[[], Any], Callable[[], Any]]
         interaction = Interaction.objects.get(run=run)
         return lambda: respond(interaction.pk, {"approved": True}, actor=actor)
 
-    verbs = {"resolve": resolve_as, "retry": retry_as, "cancel": cancel_as, "respond": respond_as}
+    def bulk_as(action: str) -> Callable[[str], Callable[[], Any]]:
+        """A bulk job submitted before the race, its filter matching this run alone; the race
+        is a worker taking its item. The item skipped is a refusal."""
+
+        def as_actor(actor: str) -> Callable[[], Any]:
+            alone = {
+                "agent": run.agent,
+                "created_from": run.created_at.isoformat(),
+                "created_to": (run.created_at + dt.timedelta(microseconds=1)).isoformat(),
+            }
+            job = bulk.submit(action, alone, actor=actor, reason="race")
+            assert list(BulkJobItem.objects.filter(job=job).values_list("run_id", flat=True)) == [
+                run.pk
+            ]
+
+            def work() -> BulkJob:
+                bulk.work_batch(job)  # the batch a worker holding the job runs
+                item = BulkJobItem.objects.get(job=job)
+                if item.status != BulkItemStatus.TOUCHED:
+                    raise InvalidTransition(item.detail)
+                return job
+
+            return work
+
+        return as_actor
+
+    def fork_as(actor: str) -> Callable[[], Any]:
+        return lambda: fork(run.pk, FAILED_MODEL_KEY, actor=actor)
+
+    verbs = {
+        "resolve": resolve_as,
+        "retry": retry_as,
+        "cancel": cancel_as,
+        "respond": respond_as,
+        "fork": fork_as,
+        "bulk-pause": bulk_as("pause"),
+        "bulk-cancel": bulk_as("cancel"),
+        "bulk-retry": bulk_as("retry"),
+    }
     first, second = combo.name.split("/")
     return verbs[first]("alice"), verbs[second]("bob")
 
