@@ -558,7 +558,7 @@ def retry_problems(runs: Sequence[Run]) -> list[str | None]:
         for session_id, seq, pk in rows:
             if seq > newest.get(session_id, (0, None))[0]:
                 newest[session_id] = (seq, pk)
-    versions: dict[tuple[str, str, str], registry.VersionProblem | None] = {}
+    versions: dict[tuple[str, str, str], str | None] = {}
     problems: list[str | None] = []
     for run in runs:
         if run.status == RunStatus.RETRY_WAIT:
@@ -580,10 +580,16 @@ def retry_problems(runs: Sequence[Run]) -> list[str | None]:
         else:
             key = (run.agent, run.version, run.fingerprint)
             if key not in versions:
-                versions[key] = registry.version_problem(*key)
-            problem = versions[key]
-            problems.append(f"still blocked: {problem.message}" if problem else None)
+                versions[key] = version_retry_problem(*key)
+            problems.append(versions[key])
     return problems
+
+
+def version_retry_problem(agent: str, version: str, fingerprint: str) -> str | None:
+    """Why a run its version blocked cannot be retried now, or None: the same for every run of
+    (agent, version, fingerprint), so the version board counts them without loading them."""
+    problem = registry.version_problem(agent, version, fingerprint)
+    return f"still blocked: {problem.message}" if problem else None
 
 
 def retry(run_id: Any, *, actor: str) -> Run:

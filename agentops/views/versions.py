@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import Count, F, Window
+from django.db.models.functions import RowNumber
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -120,11 +122,19 @@ def differences(details: list[tuple[str, dict[str, Any]]]) -> list[Difference]:
 
 @dataclass
 class Group:
-    """The blocked runs of one (agent, version), what stopped them, and the way out."""
+    """The blocked runs of one (agent, version), what stopped them, and the way out.
+
+    `total`, `reasons` and `fingerprints` count every blocked run of the group; `runs` holds
+    only the oldest SHOWN_RUNS of them, so the board reads the same few rows at any scale.
+    """
 
     agent: str
     version: str
     runs: list[Run] = field(default_factory=list)
+    total: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+    # fingerprint -> how many of the group's runs started on it.
+    fingerprints: Counter[str] = field(default_factory=Counter)
     registration: AgentVersion | None = None
     results: list[RetryResult] | None = None
 
@@ -132,25 +142,35 @@ class Group:
         code = registry.code_agent(self.agent, self.version)
         self.code_defined = code is not None
         self.code_fingerprint = code.fingerprint if code is not None else ""
-        fingerprints = sorted({run.fingerprint for run in self.runs})
         # Compared with the code: the runs' fingerprint, or once none is left the registration's.
         registered = self.registration.fingerprint if self.registration is not None else ""
-        self.run_fingerprint = fingerprints[0] if fingerprints else registered
+        self.run_fingerprint = min(self.fingerprints) if self.fingerprints else registered
         # What stops these runs now (they all started on one registration, so one fingerprint).
         self.problem = (
             registry.version_problem(self.agent, self.version, self.run_fingerprint)
-            if self.runs
+            if self.total
             else None
         )
-        self.reasons = Counter(run.attention_reason for run in self.runs)
+        # As recorded on the runs shown: the details of the rest are not loaded.
         self.recorded = differences([(r.attention_reason, r.attention_detail) for r in self.runs])
         self.live = (
             differences([(self.problem.reason, self.problem.detail())]) if self.problem else []
         )
-        # The preview of the retry: each run with the reason it would be refused, or None.
-        self.preview = list(zip(self.runs, control.retry_problems(self.runs), strict=True))
-        self.refused = [(run, problem) for run, problem in self.preview if problem]
-        self.retryable = len(self.preview) - len(self.refused)
+        # The preview of the retry: a version-blocked run's refusal depends only on its
+        # (agent, version, fingerprint), so each fingerprint is checked once for all its runs.
+        problems = {
+            fingerprint: control.version_retry_problem(self.agent, self.version, fingerprint)
+            for fingerprint in self.fingerprints
+        }
+        self.preview = [(run, problems[run.fingerprint]) for run in self.runs]
+        refused: Counter[str] = Counter()
+        for fingerprint, n in self.fingerprints.items():
+            problem = problems[fingerprint]
+            if problem:
+                refused[problem] += n
+        self.refusals = sorted(refused.items())
+        self.refused = sum(refused.values())
+        self.retryable = self.total - self.refused
 
     @property
     def dom_id(self) -> str:
@@ -192,11 +212,6 @@ class Group:
         ]
 
     @property
-    def refusals(self) -> list[tuple[str, int]]:
-        """Why runs cannot be retried, each distinct reason once with its number of runs."""
-        return sorted(Counter(problem for _, problem in self.refused).items())
-
-    @property
     def retried(self) -> list[RetryResult]:
         return [r for r in self.results or [] if r.retried]
 
@@ -206,23 +221,56 @@ class Group:
 
 
 def blocked_groups(only: tuple[str, str] | None = None) -> list[Group]:
-    """The version-blocked runs, grouped by (agent, version), oldest run first in each group."""
-    runs = Run.objects.filter(
+    """The version-blocked runs, grouped by (agent, version), oldest run first in each group.
+
+    Three queries whatever the number of runs: the counts of each group by reason and
+    fingerprint, its oldest SHOWN_RUNS runs (one windowed query for every group) and the
+    registrations."""
+    blocked = Run.objects.filter(
         status=RunStatus.NEEDS_ATTENTION, attention_reason__in=VERSION_REASONS
-    ).order_by("agent", "version", "created_at")
+    )
     registrations = AgentVersion.objects.all()
     if only is not None:
-        runs = runs.filter(agent=only[0], version=only[1])
+        blocked = blocked.filter(agent=only[0], version=only[1])
         registrations = registrations.filter(agent=only[0], version=only[1])
-    by_key: dict[tuple[str, str], list[Run]] = {}
-    for run in runs.defer("transcript", "input", "output"):
-        by_key.setdefault((run.agent, run.version), []).append(run)
+    counts = (
+        blocked.values_list("agent", "version", "attention_reason", "fingerprint")
+        .annotate(n=Count("pk"))
+        .order_by("agent", "version")
+    )
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for agent, version, reason, fingerprint, n in counts:
+        group = groups.setdefault(
+            (agent, version), {"total": 0, "reasons": Counter(), "fingerprints": Counter()}
+        )
+        group["total"] += n
+        group["reasons"][reason] += n
+        group["fingerprints"][fingerprint] += n
     if only is not None:
-        by_key.setdefault(only, [])
+        groups.setdefault(only, {})
+    first = (
+        blocked.defer("transcript", "input", "output")
+        .annotate(
+            position=Window(
+                RowNumber(), partition_by=[F("agent"), F("version")], order_by="created_at"
+            )
+        )
+        .filter(position__lte=SHOWN_RUNS)
+        .order_by("agent", "version", "created_at")
+    )
+    shown: dict[tuple[str, str], list[Run]] = {}
+    for run in first:
+        shown.setdefault((run.agent, run.version), []).append(run)
     registered = {(row.agent, row.version): row for row in registrations}
     return [
-        Group(agent=key[0], version=key[1], runs=group_runs, registration=registered.get(key))
-        for key, group_runs in by_key.items()
+        Group(
+            agent=key[0],
+            version=key[1],
+            runs=shown.get(key, []),
+            registration=registered.get(key),
+            **counts_of_group,
+        )
+        for key, counts_of_group in groups.items()
     ]
 
 
