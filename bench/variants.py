@@ -19,6 +19,7 @@ import importlib.metadata
 import operator
 import sqlite3
 import uuid
+from contextlib import closing
 from typing import Annotated, Any, TypedDict
 
 from bench import scenario
@@ -508,7 +509,8 @@ class Dbos:
             if self.url.startswith("sqlite"):
                 settings = _sqlite_settings(raw)
             else:
-                with raw.cursor() as cursor:
+                assert raw is not None  # a checked-out connection has its DB-API connection
+                with closing(raw.cursor()) as cursor:
                     settings = _postgres_settings(cursor)
         return {
             "records_per_run": len(steps) + 2,
@@ -575,15 +577,16 @@ class LangGraph:
                 return END
             return [Send("tool", {"use": use, "run_id": run_id, "step": step}) for use in uses]
 
-        def tool(task: _ToolTask) -> dict[str, Any]:
-            use = task["use"]
-            key = f"step-{task['step']}/tool/{use['id']}"
-            result = scenario.tool_step(use, f"{task['run_id']}:{key}")
+        def tool(state: _ToolTask) -> dict[str, Any]:  # `state`, as LangGraph calls a node
+            use = state["use"]
+            key = f"step-{state['step']}/tool/{use['id']}"
+            result = scenario.tool_step(use, f"{state['run_id']}:{key}")
             return {"messages": [{"role": "user", "content": [result]}]}
 
         builder = StateGraph(_State)
         builder.add_node("model", model)
-        builder.add_node("tool", tool)
+        # A Send's task, not the graph's state: its own input schema.
+        builder.add_node("tool", tool, input_schema=_ToolTask)
         builder.add_edge(START, "model")
         builder.add_conditional_edges("model", route, ["tool", END])
         builder.add_edge("tool", "model")
