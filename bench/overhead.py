@@ -35,12 +35,9 @@ from bench import harness
 from bench.harness import Variant
 
 CALLS = 31  # bench.scenario.CALLS, without importing Django into the parent
-PG_DATABASES = (
-    "agentops_bench",
-    "agentops_bench_records",
-    "agentops_bench_dbos",
-    "agentops_bench_langgraph",
-)
+# Their names start with BENCH_OVERHEAD_DATABASE, for checkouts sharing a server.
+_PREFIX = os.environ.get("BENCH_OVERHEAD_DATABASE", "agentops_bench")
+PG_DATABASES = (_PREFIX, f"{_PREFIX}_records", f"{_PREFIX}_dbos", f"{_PREFIX}_langgraph")
 STORAGES = ("SQLite", "PostgreSQL")
 
 

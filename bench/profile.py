@@ -1,11 +1,12 @@
 """Where our runtime's time goes on the overhead scenario.
 
-    .venv/bin/python -m bench.profile [--storage sqlite|postgres] [--runs 30] [--tree]
+    .venv/bin/python -m bench.profile [--storage sqlite|postgres] [--runs 30] [--tree | --own]
 
 Sets the runtime up exactly as `bench.overhead` does (own worker process, fresh benchmark
 database) and prints the wall time per run of each part of the runtime (submit, claim, the
 intent and outcome writes, the version check, ...). With --tree, pyinstrument's call tree of
-the same runs instead.
+the same runs instead. With --own, cProfile's own time (tottime) per call, by whose code it is:
+the runtime's row is the engine's own Python, the database's wait is in its driver's rows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", choices=("sqlite", "postgres"), default="postgres")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--tree", action="store_true", help="pyinstrument's call tree")
+    parser.add_argument("--own", action="store_true", help="cProfile's own time, by package")
     parser.add_argument(
         "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
     )
@@ -39,10 +41,14 @@ def main(argv: list[str] | None = None) -> int:
             harness.fresh_postgres_database(postgres, PG_DATABASES[0])
         try:
             with harness.workers([variant], harness.worker_env(tmp), warmup=3) as (worker,):
-                method = "profile" if args.tree else "breakdown"
+                method = "profile" if args.tree else "own_python" if args.own else "breakdown"
                 result = worker.request(cmd="call", method=method, kwargs={"runs": args.runs})
                 if args.tree:
                     print(result["result"])
+                elif args.own:
+                    print(f"\nagentops on {args.storage}, {args.runs} runs: cProfile, per call\n")
+                    head = ["code", "own time, µs per call", "function calls per call"]
+                    print(harness.table(head, result["result"]))
                 else:
                     print(f"\nagentops on {args.storage}, {args.runs} runs: wall time per run\n")
                     print(harness.table(["part", "ms per run", "calls per run"], result["result"]))

@@ -19,6 +19,7 @@ import importlib.metadata
 import operator
 import sqlite3
 import uuid
+from contextlib import closing
 from typing import Annotated, Any, TypedDict
 
 from bench import scenario
@@ -392,6 +393,45 @@ class AgentOps:
         rows.append(["the whole run", total * 1000 / runs, 1.0])
         return rows
 
+    def own_python(self, runs: int) -> list[list[Any]]:
+        """Where a run's CPU goes under cProfile, by whose code it is (bench.profile --own):
+        the functions' own time (tottime), per call of the scenario. The runtime's row is the
+        engine's own Python: the database's wait is in the driver's rows, not in it."""
+        import cProfile
+        import os
+        import pstats
+        from collections import defaultdict
+
+        from bench import scenario
+
+        groups = (
+            ("runtime", f"{os.sep}runtime{os.sep}"),
+            ("agentops, bench", f"{os.sep}agentops{os.sep}"),
+            ("django", f"{os.sep}django{os.sep}"),
+            ("pydantic", f"{os.sep}pydantic"),
+            ("psycopg", f"{os.sep}psycopg"),
+        )
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(runs):
+            self.run()
+        profiler.disable()
+        spent: defaultdict[str, float] = defaultdict(float)
+        calls: defaultdict[str, int] = defaultdict(int)
+        stats: Any = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+        for (path, _, function), (_, count, own, _, _) in stats.items():
+            if path == "~":  # a builtin: the sqlite3 module's are the database's work
+                name = "sqlite3 (C)" if "sqlite3" in function else "builtins (C)"
+            else:
+                name = next((group for group, part in groups if part in path), "other Python")
+            spent[name] += own
+            calls[name] += count
+        per_call = runs * scenario.CALLS
+        return [
+            [name, spent[name] * 1e6 / per_call, calls[name] / per_call]
+            for name in sorted(spent, key=spent.__getitem__, reverse=True)
+        ]
+
     def profile(self, runs: int, interval: float = 0.0001) -> str:
         """`runs` runs under pyinstrument; its report, as text (see bench.profile)."""
         from pyinstrument import Profiler
@@ -469,7 +509,8 @@ class Dbos:
             if self.url.startswith("sqlite"):
                 settings = _sqlite_settings(raw)
             else:
-                with raw.cursor() as cursor:
+                assert raw is not None  # a checked-out connection has its DB-API connection
+                with closing(raw.cursor()) as cursor:
                     settings = _postgres_settings(cursor)
         return {
             "records_per_run": len(steps) + 2,
@@ -536,15 +577,16 @@ class LangGraph:
                 return END
             return [Send("tool", {"use": use, "run_id": run_id, "step": step}) for use in uses]
 
-        def tool(task: _ToolTask) -> dict[str, Any]:
-            use = task["use"]
-            key = f"step-{task['step']}/tool/{use['id']}"
-            result = scenario.tool_step(use, f"{task['run_id']}:{key}")
+        def tool(state: _ToolTask) -> dict[str, Any]:  # `state`, as LangGraph calls a node
+            use = state["use"]
+            key = f"step-{state['step']}/tool/{use['id']}"
+            result = scenario.tool_step(use, f"{state['run_id']}:{key}")
             return {"messages": [{"role": "user", "content": [result]}]}
 
         builder = StateGraph(_State)
         builder.add_node("model", model)
-        builder.add_node("tool", tool)
+        # A Send's task, not the graph's state: its own input schema.
+        builder.add_node("tool", tool, input_schema=_ToolTask)
         builder.add_edge(START, "model")
         builder.add_conditional_edges("model", route, ["tool", END])
         builder.add_edge("tool", "model")

@@ -58,7 +58,7 @@ from runtime.policy import (
     policy_for,
     receipt,
     receipt_differences,
-    rules_for,
+    rules_by_tool,
 )
 from runtime.store import surgery as surgery_store
 from runtime.transcript import (
@@ -244,11 +244,17 @@ class _Heartbeat:
 class _Turn:
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.ops: dict[str, Operation] = {op.key: op for op in run.operations.all()}
-        self.interactions: dict[str, Interaction] = {
-            i.operation_key: i for i in run.interactions.select_related("work", "receipt")
-        }
-        self._rules: dict[str, list[ApprovalRule]] = {}
+        # A run's first claim has logged nothing yet: the claim says so (store.claim), and
+        # saves the two reads.
+        self.ops: dict[str, Operation] = {}
+        if getattr(run, "has_operations", True):
+            self.ops = {op.key: op for op in run.operations.all()}
+        self.interactions: dict[str, Interaction] = {}
+        if getattr(run, "has_interactions", True):
+            self.interactions = {
+                i.operation_key: i for i in run.interactions.select_related("work", "receipt")
+            }
+        self._rules: dict[str, list[ApprovalRule]] | None = None
         # What every model request of this turn shares (tool schemas and digests): built once.
         self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
 
@@ -754,10 +760,10 @@ class _Turn:
             return None
         if op is not None and not tool.needs_approval(args):
             return None
-        # The tool's rules, read once per claim: a turn calls the same tools again and again.
-        if tool.name not in self._rules:
-            self._rules[tool.name] = rules_for(agent, tool)
-        return policy_for(agent, tool, args, self._rules[tool.name])
+        # The agent's rules, read once per claim: a turn calls the same tools again and again.
+        if self._rules is None:
+            self._rules = rules_by_tool(agent)
+        return policy_for(agent, tool, args, self._rules.get(tool.name, []))
 
     def _tool_intent(
         self,

@@ -86,6 +86,17 @@ def _rule_policy(rule: ApprovalRule, why: str) -> Policy:
     )
 
 
+def rules_by_tool(agent: Agent) -> dict[str, list[ApprovalRule]]:
+    """The enabled rules of all the agent's tools in one query, each tool's as rules_for."""
+    rules = ApprovalRule.objects.filter(enabled=True, agent=agent.name)
+    found: dict[str, list[ApprovalRule]] = {}
+    for rule in rules.select_related("approver_group", "escalation_group").order_by(
+        "priority", "pk"
+    ):
+        found.setdefault(rule.tool, []).append(rule)
+    return found
+
+
 def rules_for(agent: Agent, tool: Tool) -> list[ApprovalRule]:
     """The enabled rules of the agent's tool, in the order they are tried."""
     rules = ApprovalRule.objects.filter(enabled=True, agent=agent.name, tool=tool.name)

@@ -27,6 +27,10 @@ from runtime.models import Run
 # The operation updates of the hot path: a re-run's intent, and an outcome.
 OperationUpdate = Literal["reintent", "outcome"]
 
+# What a claim took over: the run's status and fence before it, its owner then, and the ids of
+# the claim's events in log order.
+Claimed = tuple[str, int, str, list[int]]
+
 
 class Dialect(ABC):
     """The statements of one database and how they are sent. Each method that writes a fenced
@@ -84,6 +88,12 @@ class Dialect(ABC):
     ) -> list[int] | None:
         """The owned run's move out of `running` (itself the fence) and its events: their ids
         in log order. `assignments` is the SET list, columns and named parameters."""
+
+    def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
+        """The claim as one statement with its events (worker.claim's parameters), or None if
+        the run was not claimable. Only where a record is one statement (`one_statement`);
+        elsewhere worker.claim reads, then writes guarded on what it read."""
+        raise NotImplementedError
 
     @abstractmethod
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:

@@ -23,7 +23,7 @@ import psycopg
 from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from runtime.store.dialect import Dialect, OperationUpdate
+from runtime.store.dialect import Claimed, Dialect, OperationUpdate
 from runtime.store.sql import (
     EVENT,
     EVENT_COLUMNS,
@@ -33,6 +33,7 @@ from runtime.store.sql import (
     OPERATION_COLUMNS,
     OWNED,
     RUN,
+    RUNNABLE,
 )
 
 HELD = f"held AS ({HOLD} RETURNING id)"
@@ -105,6 +106,39 @@ def move_owned(assignments: str, *, carried: bool) -> str:
     return statement(held, None, EVENT_IDS, carried=carried)
 
 
+# The claim as one statement: `seen` reads the runnable run and locks it, `claimed` takes it
+# (guarded on what was seen, as the two-step claim on SQLite), and its events follow in log
+# order: the lost lease's (a takeover), then the claim's. It returns what was taken over and the
+# event ids, or no row. The events' data is worker.claim's (`_claim_events`), built here in SQL
+# because the fence and the lost owner are known only to the statement.
+CLAIM = f"""
+WITH seen AS (
+    SELECT id, status, fence, lease_owner FROM {RUN}
+    WHERE id = %(run)s AND {RUNNABLE} FOR NO KEY UPDATE),
+claimed AS (
+    UPDATE {RUN} AS run
+    SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
+        fence = run.fence + 1, next_attempt_at = NULL, crashed_claims = run.crashed_claims + 1,
+        last_crash = CASE WHEN seen.status = 'running'
+            THEN format(%(lost)s, seen.lease_owner) ELSE run.last_crash END,
+        updated_at = %(now)s
+    FROM seen
+    WHERE run.id = seen.id AND run.status = seen.status AND run.fence = seen.fence
+    RETURNING run.id, seen.status, seen.fence, seen.lease_owner),
+ev AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT id, kind, 'runtime', '', data, %(now)s FROM (
+        SELECT 1 AS n, id, %(expired)s AS kind,
+            jsonb_build_object('previous_owner', lease_owner, 'owner', %(owner)s::text) AS data
+        FROM claimed WHERE status = 'running'
+        UNION ALL
+        SELECT 2, id, %(claimed)s, jsonb_build_object('owner', %(owner)s::text, 'fence', fence + 1)
+        FROM claimed
+    ) AS e ORDER BY n
+    RETURNING id)
+SELECT status, fence, lease_owner, (SELECT array_agg(id ORDER BY id) FROM ev) FROM claimed"""
+
+
 # A threshold no query reaches: psycopg then prepares only what asks for it (prepare=True).
 _EXPLICIT_ONLY = 2**62
 
@@ -171,6 +205,11 @@ class Postgres(Dialect):
         sql = move_owned(assignments, carried=carried)
         row = self.execute(db, cursor, sql, params).fetchone()
         return None if row is None else list(row[0])
+
+    def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
+        with db.wrap_database_errors, self.cursor(db) as cursor:
+            row = self.execute(db, cursor, CLAIM, params).fetchone()
+        return None if row is None else (row[0], row[1], row[2], list(row[3]))
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(self.execute(db, cursor, INSERT_EVENT + " RETURNING id", params).fetchone()[0])

@@ -28,6 +28,9 @@ RUNNABLE = (
 # (`held` is 'running'; a test harness's fence hook may hold the run in another status).
 OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
 
+# What a claim that takes over an expired lease records as the last crash (`%s`: the lost owner).
+LOST = "the worker %s lost the run: its lease expired (it died or stalled)"
+
 # What a claim reads: the run's state, if it is runnable now.
 SEEN = f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}"
 

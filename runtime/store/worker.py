@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import Exists, Field, OuterRef
 
 from runtime import clock, faults
 from runtime.errors import LeaseLost, PauseRequested
@@ -55,7 +55,7 @@ def claim(run_id: Any, owner: str) -> Run | None:
 
     Optimistic: read the run (if runnable), then UPDATE guarded on the status and fence read,
     so of two workers delivered the same run exactly one lands, and the winner knows what it
-    took over.
+    took over. On PostgreSQL the read, the write and its events are one statement.
     """
     now = clock.now()
     db = connection()
@@ -66,25 +66,58 @@ def claim(run_id: Any, owner: str) -> Run | None:
         "lease": dialect.moment(db, _lease(now)),
         "owner": owner,
     }
-    with db.wrap_database_errors, dialect.cursor(db) as cursor:
-        seen = dialect.execute(db, cursor, sql.SEEN, params).fetchone()
-    if seen is None:
-        return None
-    status, fence, previous_owner = seen
-    transitions.check([status], RunStatus.RUNNING)
-    lost = f"the worker {previous_owner} lost the run: its lease expired (it died or stalled)"
-    params.update(status=status, fence=fence, lost=lost)
+    if dialect.one_statement:
+        params.update(lost=sql.LOST, expired=EventKind.LEASE_EXPIRED, claimed=EventKind.CLAIMED)
+        taken = dialect.claim(db, params)
+        if taken is None:
+            return None
+        status, fence, previous_owner, ids = taken
+        written = _claim_events(
+            run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
+        )
+        transitions.check([status], RunStatus.RUNNING)  # the statement's RUNNABLE allows it
+    else:
+        with db.wrap_database_errors, dialect.cursor(db) as cursor:
+            seen = dialect.execute(db, cursor, sql.SEEN, params).fetchone()
+        if seen is None:
+            return None
+        status, fence, previous_owner = seen
+        transitions.check([status], RunStatus.RUNNING)
+        params.update(status=status, fence=fence, lost=sql.LOST % previous_owner)
+        written = _claim_events(
+            run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
+        )
+        with dialect.transaction(db) as cursor:
+            if dialect.execute(db, cursor, sql.CLAIM, params).rowcount != 1:
+                return None
+            ids = [dialect.insert_event(db, cursor, each.params(db, dialect)) for each in written]
+    for event_id, each in zip(ids, written, strict=True):
+        published(db, event_id, each)
+    return _claimed_run(run_id)
+
+
+def _claim_events(
+    run_id: Any, owner: str, now: dt.datetime, *, status: str, fence: int, previous_owner: str
+) -> list[Written]:
+    """A claim's events, in log order (runtime/store/postgres.py writes the same in SQL)."""
     written = [Written(run_id, EventKind.CLAIMED, "", {"owner": owner, "fence": fence + 1}, now)]
     if status == RunStatus.RUNNING:
         data = {"previous_owner": previous_owner, "owner": owner}
         written.insert(0, Written(run_id, EventKind.LEASE_EXPIRED, "", data, now))
-    with dialect.transaction(db) as cursor:
-        if dialect.execute(db, cursor, sql.CLAIM, params).rowcount != 1:
-            return None
-        ids = [dialect.insert_event(db, cursor, each.params(db, dialect)) for each in written]
-    for event_id, each in zip(ids, written, strict=True):
-        published(db, event_id, each)
-    return Run.objects.select_related("session").get(pk=run_id)
+    return written
+
+
+def _claimed_run(run_id: Any) -> Run:
+    """The claimed run, with whether it has operations and interactions logged: a run's first
+    claim has neither, and the turn then skips reading them (two round trips)."""
+    return (
+        Run.objects.select_related("session")
+        .annotate(
+            has_operations=Exists(Operation.objects.filter(run=OuterRef("pk"))),
+            has_interactions=Exists(Interaction.objects.filter(run=OuterRef("pk"))),
+        )
+        .get(pk=run_id)
+    )
 
 
 # --- the fence ---------------------------------------------------------------------------------
