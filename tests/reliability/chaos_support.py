@@ -372,22 +372,37 @@ WEBHOOK_HANG_SECONDS = 2.5
 
 
 class FlakyReceiver:
-    """A webhook receiver that answers 500 to one request in ten and hangs past the delivery
-    timeout on one in twenty (its own random draws: the soak's schedule stays the seed's).
-    It records every request; `accepted` holds the webhook-ids it answered 204 in time."""
+    """A webhook receiver that verifies each request on arrival (Standard Webhooks: signature
+    and a timestamp within five minutes), then answers 500 to one request in ten and hangs past
+    the delivery timeout on one in twenty (its own random draws: the soak's schedule stays the
+    seed's). `arrivals` lists (webhook-id, event id, run id) of the verified requests in order of
+    arrival, `refused` why the others were; `accepted` the webhook-ids answered 204 in time."""
 
     def __init__(self, seed: int) -> None:
         from tests.integrations.receiver import Receiver
 
         self.rng = random.Random(seed)
+        self.secret = ""
+        self.arrivals: list[tuple[str, int, str]] = []
+        self.refused: list[str] = []
         self.accepted: set[str] = set()
         self.failed = self.hung = 0
         self.receiver = Receiver(self._answer)
 
     def _answer(self, got: Any) -> Any:
+        from standardwebhooks import Webhook, WebhookVerificationError
+
         from tests.integrations.receiver import Answer
 
+        webhook_id = got.headers.get("webhook-id", "")
+        try:
+            data = Webhook(self.secret).verify(got.body, got.headers)["data"]
+        except WebhookVerificationError as error:
+            with self.receiver._lock:
+                self.refused.append(f"webhook {webhook_id}: {error}")
+            return Answer(400, b"bad signature")
         with self.receiver._lock:
+            self.arrivals.append((webhook_id, data["event_id"], str(data["run_id"])))
             draw = self.rng.random()
             self.failed += draw < 0.1
             self.hung += 0.1 <= draw < 0.15
@@ -397,7 +412,7 @@ class FlakyReceiver:
             time.sleep(WEBHOOK_HANG_SECONDS)  # the sender has given up by now
             return Answer(504, b"too late")
         with self.receiver._lock:
-            self.accepted.add(got.headers.get("webhook-id", ""))
+            self.accepted.add(webhook_id)
         return Answer(204, b"")
 
 
@@ -406,14 +421,13 @@ class Webhooks:
 
     def __init__(self, seed: int) -> None:
         self.flaky = FlakyReceiver(seed)
-        self.secret = ""
         self.cursor = 0
 
     def start(self) -> None:
         from agentops.integrations import webhooks
 
         self.flaky.receiver.up()
-        subscription, self.secret = webhooks.create_subscription(
+        subscription, self.flaky.secret = webhooks.create_subscription(
             name="chaos", url=self.flaky.receiver.url, event_kinds=WEBHOOK_KINDS, actor="admin"
         )
         self.cursor = subscription.cursor
@@ -443,27 +457,20 @@ class Webhooks:
             time.sleep(0.5)
 
     def check(self, run_ids: list[str], report: Report) -> None:
-        """Every committed event of the subscribed kinds accepted at least once, each request
-        signed and carrying its event id as webhook-id, and each run's events first seen in
+        """Every committed event of the subscribed kinds accepted at least once, every request
+        verified and carrying its event id as webhook-id, and each run's events first seen in
         order (a later repeat is an at-least-once retry)."""
-        from standardwebhooks import Webhook, WebhookVerificationError
-
         expected = self.expected(run_ids)
-        verifier = Webhook(self.secret)
         first_seen: dict[str, list[int]] = {}
         seen: set[int] = set()
         with self.flaky.receiver._lock:
-            received = list(self.flaky.receiver.received)
+            received = len(self.flaky.receiver.received)
+            arrivals = list(self.flaky.arrivals)
             accepted = set(self.flaky.accepted)
-        for got in received:
-            try:
-                body = verifier.verify(got.body, got.headers)
-            except WebhookVerificationError as error:
-                report.problems.append(f"webhook {got.headers.get('webhook-id')}: {error}")
-                continue
-            event_id, run_id = body["data"]["event_id"], str(body["data"]["run_id"])
-            if got.headers.get("webhook-id") != str(event_id):
-                report.problems.append(f"webhook-id {got.headers.get('webhook-id')} ≠ {event_id}")
+            report.problems.extend(self.flaky.refused)
+        for webhook_id, event_id, run_id in arrivals:
+            if webhook_id != str(event_id):
+                report.problems.append(f"webhook-id {webhook_id} is not its event's {event_id}")
             if event_id not in seen:
                 seen.add(event_id)
                 first_seen.setdefault(run_id, []).append(event_id)
@@ -476,7 +483,7 @@ class Webhooks:
                     f"run {run_id}: webhooks first seen {first_seen.get(run_id)}, events {ids}"
                 )
         report.webhook_events = sum(len(ids) for ids in expected.values())
-        report.webhook_requests = len(received)
+        report.webhook_requests = received
         report.webhook_failed, report.webhook_hung = self.flaky.failed, self.flaky.hung
 
 
