@@ -30,9 +30,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -337,6 +341,152 @@ def _pairs(counts: Counter[str]) -> str:
     return " ".join(f"{kind}={n}" for kind, n in sorted(counts.items()))
 
 
+# --- webhook deliveries --------------------------------------------------------------------------
+
+# The kinds the soak's subscription asks for: a run's start, its waits for people and their
+# answers, and its ends (the rest of the log is filtered out by the subscription).
+WEBHOOK_KINDS = [
+    EventKind.SUBMITTED,
+    EventKind.TOOL_APPROVAL_REQUESTED,
+    EventKind.APPROVAL_GRANTED,
+    EventKind.APPROVAL_REJECTED,
+    EventKind.APPROVAL_EXPIRED,
+    EventKind.QUESTION_ANSWERED,
+    EventKind.CANCELLED,
+    EventKind.COMPLETED,
+    EventKind.FAILED,
+]
+# The workers' outbox, as production runs it but with short clocks: a delivery times out after
+# 1.5 s (the receiver hangs 2.5 s), a claim runs out after 3 s, retries start at 0.2 s; a hole
+# in the event ids is a rolled-back insert after 10 s (longer than a worker is ever paused).
+WEBHOOK_OUTBOX_ENV = {
+    "AGENTOPS_OUTBOX_SECONDS": "0.5",
+    "AGENTOPS_OUTBOX_CLAIM_SECONDS": "3",
+    "AGENTOPS_OUTBOX_BACKOFF_SECONDS": "0.2",
+    "AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS": "2",
+    "AGENTOPS_OUTBOX_GAP_SECONDS": "10",
+    "AGENTOPS_OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8",
+    "AGENTOPS_OUTBOUND_TIMEOUT_SECONDS": "1.5",
+}
+WEBHOOK_HANG_SECONDS = 2.5
+
+
+class FlakyReceiver:
+    """A webhook receiver that verifies each request on arrival (Standard Webhooks: signature
+    and a timestamp within five minutes), then answers 500 to one request in ten and hangs past
+    the delivery timeout on one in twenty (its own random draws: the soak's schedule stays the
+    seed's). `arrivals` lists (webhook-id, event id, run id) of the verified requests in order of
+    arrival, `refused` why the others were; `accepted` the webhook-ids answered 204 in time."""
+
+    def __init__(self, seed: int) -> None:
+        from tests.integrations.receiver import Receiver
+
+        self.rng = random.Random(seed)
+        self.secret = ""
+        self.arrivals: list[tuple[str, int, str]] = []
+        self.refused: list[str] = []
+        self.accepted: set[str] = set()
+        self.failed = self.hung = 0
+        self.receiver = Receiver(self._answer)
+
+    def _answer(self, got: Any) -> Any:
+        from standardwebhooks import Webhook, WebhookVerificationError
+
+        from tests.integrations.receiver import Answer
+
+        webhook_id = got.headers.get("webhook-id", "")
+        try:
+            data = Webhook(self.secret).verify(got.body, got.headers)["data"]
+        except WebhookVerificationError as error:
+            with self.receiver._lock:
+                self.refused.append(f"webhook {webhook_id}: {error}")
+            return Answer(400, b"bad signature")
+        with self.receiver._lock:
+            self.arrivals.append((webhook_id, data["event_id"], str(data["run_id"])))
+            draw = self.rng.random()
+            self.failed += draw < 0.1
+            self.hung += 0.1 <= draw < 0.15
+        if draw < 0.1:
+            return Answer(500, b"receiver failed")
+        if draw < 0.15:
+            time.sleep(WEBHOOK_HANG_SECONDS)  # the sender has given up by now
+            return Answer(504, b"too late")
+        with self.receiver._lock:
+            self.accepted.add(webhook_id)
+        return Answer(204, b"")
+
+
+class Webhooks:
+    """A subscription to WEBHOOK_KINDS, delivered by the workers to a FlakyReceiver."""
+
+    def __init__(self, seed: int) -> None:
+        self.flaky = FlakyReceiver(seed)
+        self.cursor = 0
+
+    def start(self) -> None:
+        from agentops.integrations import webhooks
+
+        self.flaky.receiver.up()
+        subscription, self.flaky.secret = webhooks.create_subscription(
+            name="chaos", url=self.flaky.receiver.url, event_kinds=WEBHOOK_KINDS, actor="admin"
+        )
+        self.cursor = subscription.cursor
+
+    def stop(self) -> None:
+        self.flaky.receiver.down()
+
+    def expected(self, run_ids: list[str]) -> dict[str, list[int]]:
+        """Each run's committed events of the subscribed kinds, in order."""
+        from runtime.models import Event
+
+        events = Event.objects.filter(
+            run_id__in=run_ids, kind__in=WEBHOOK_KINDS, pk__gt=self.cursor
+        ).order_by("pk")
+        expected: dict[str, list[int]] = {}
+        for pk, run_id in events.values_list("pk", "run_id"):
+            expected.setdefault(str(run_id), []).append(pk)
+        return expected
+
+    def wait_delivered(self, run_ids: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            wanted = {str(pk) for ids in self.expected(run_ids).values() for pk in ids}
+            with self.flaky.receiver._lock:
+                if wanted <= self.flaky.accepted:
+                    return
+            time.sleep(0.5)
+
+    def check(self, run_ids: list[str], report: Report) -> None:
+        """Every committed event of the subscribed kinds accepted at least once, every request
+        verified and carrying its event id as webhook-id, and each run's events first seen in
+        order (a later repeat is an at-least-once retry)."""
+        expected = self.expected(run_ids)
+        first_seen: dict[str, list[int]] = {}
+        seen: set[int] = set()
+        with self.flaky.receiver._lock:
+            received = len(self.flaky.receiver.received)
+            arrivals = list(self.flaky.arrivals)
+            accepted = set(self.flaky.accepted)
+            report.problems.extend(self.flaky.refused)
+        for webhook_id, event_id, run_id in arrivals:
+            if webhook_id != str(event_id):
+                report.problems.append(f"webhook-id {webhook_id} is not its event's {event_id}")
+            if event_id not in seen:
+                seen.add(event_id)
+                first_seen.setdefault(run_id, []).append(event_id)
+        for run_id, ids in expected.items():
+            missing = [pk for pk in ids if str(pk) not in accepted]
+            if missing:
+                report.problems.append(f"run {run_id}: events {missing[:5]} never delivered")
+            if first_seen.get(run_id, []) != ids:
+                report.problems.append(
+                    f"run {run_id}: webhooks first seen {first_seen.get(run_id)}, events {ids}"
+                )
+        report.webhook_events = sum(len(ids) for ids in expected.values())
+        report.webhook_requests = received
+        report.webhook_failed, report.webhook_hung = self.flaky.failed, self.flaky.hung
+
+
 # --- the report ----------------------------------------------------------------------------------
 
 
@@ -385,6 +535,12 @@ class Report:
     model_answers: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     operator_actions: int = 0
+    api_actions: int = 0  # operator actions made through the HTTP API
+    api_retries: int = 0  # requests sent again after a 5xx or a lost answer
+    webhook_events: int = 0  # events of the subscribed kinds, each to be delivered
+    webhook_requests: int = 0  # requests the receiver got (retries and repeats included)
+    webhook_failed: int = 0  # answered 500
+    webhook_hung: int = 0  # answered after the delivery timeout
     settle_seconds: float = 0.0
     elapsed: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -407,6 +563,10 @@ class Report:
             f"{self.bulk_skipped}) workers killed by the poison tool={self.worker_crashes} "
             f"contained: {_pairs(self.contained)} | model answers: {_pairs(self.model_answers)} | "
             f"operator actions audited={self.operator_actions} "
+            f"(through the HTTP API {self.api_actions}, requests sent again "
+            f"{self.api_retries}) | webhook events={self.webhook_events} "
+            f"requests={self.webhook_requests} (500s {self.webhook_failed}, hung "
+            f"{self.webhook_hung}) "
             f"safe re-runs={self.safe_reruns} settled {self.settle_seconds:.1f}s after the "
             f"faults stopped, {self.elapsed:.0f}s in all | violations={len(self.problems)}"
         )
@@ -437,15 +597,51 @@ class Settings:
     fork_share: float = 0.04
     bulk_every: float = 4.0  # seconds between two bulk jobs (pause, then resume)
     poison_every: int = 200  # one poison run in so many (the first early)
+    api_share: float = 0.0  # answers and cancels made through the HTTP API (needs an ApiOperator)
+
+
+class ApiOperator:
+    """An operator's service account calling the HTTP API of a live server with its token."""
+
+    def __init__(self, url: str, name: str, token: str) -> None:
+        self.url = url
+        self.actor = f"api:{name}"  # how the API audits what the account does
+        self.token = token
+
+    def post(self, path: str, body: dict[str, Any]) -> int:
+        """The HTTP status of POST /api/v1{path}; 0 when no answer came (connection lost)."""
+        request = urllib.request.Request(
+            f"{self.url}/api/v1{path}",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+        except OSError:
+            return 0
 
 
 class Soak:
     """One soak against a cluster of workers; see the module docstring."""
 
     def __init__(
-        self, cluster: Any, redis_server: OwnRedis, model: ModelServer, seed: int, size: Settings
+        self,
+        cluster: Any,
+        redis_server: OwnRedis,
+        model: ModelServer,
+        seed: int,
+        size: Settings,
+        *,
+        api: ApiOperator | None = None,
+        webhooks: Webhooks | None = None,
     ) -> None:
         self.cluster = cluster
+        self.api = api
+        self.webhooks = webhooks
         self.redis = redis_server
         self.model = model
         self.redis_back_at = 0.0  # when a `redis_outage` ends
@@ -633,19 +829,57 @@ class Soak:
                 continue
             del self.cancel_at[run_id]
             reason = "customer withdrew the request"
-            try:
-                cancel(run_id, actor=OPERATOR, reason=reason)
-            except AgentOpsError:
-                continue  # it finished first
+            if self._through_api():
+                body, path = {"reason": reason}, f"/runs/{run_id}/cancel"
+                if not self._api_call(path, body, done=partial(self._audited, run_id, "cancelled")):
+                    continue  # it finished first
+                actor = self._api_actor()
+            else:
+                try:
+                    cancel(run_id, actor=OPERATOR, reason=reason)
+                except AgentOpsError:
+                    continue  # it finished first
+                actor = OPERATOR
             self.report.cancels += 1
-            self.actions.append(
-                Action(
-                    "cancelled",
-                    run_id,
-                    OPERATOR,
-                    {"reason": reason},
-                )
-            )
+            self.actions.append(Action("cancelled", run_id, actor, {"reason": reason}))
+
+    def _through_api(self) -> bool:
+        """Whether this action goes through the HTTP API (drawn only when there is one, so
+        that a seed without it keeps its schedule)."""
+        return self.api is not None and self.rng.random() < self.size.api_share
+
+    def _audited(self, run_id: str, kind: str, **data: str) -> bool:
+        """Whether the API's account has an event of this kind (and data) on the run."""
+        from runtime.models import Event
+
+        assert self.api is not None
+        events = Event.objects.filter(run_id=run_id, kind=kind, actor=self.api.actor)
+        return any(all(e.data.get(k) == v for k, v in data.items()) for e in events)
+
+    def _api_actor(self) -> str:
+        assert self.api is not None
+        self.report.api_actions += 1
+        return self.api.actor
+
+    def _api_call(self, path: str, body: dict[str, Any], *, done: Callable[[], bool]) -> bool:
+        """True when the API did it; False when it refused it as the verb would have (409: the
+        run finished or was cancelled meanwhile). A request whose connection to the database was
+        dropped under it may fail (5xx, or no answer): the operator sends it again, and when a
+        retry is refused, `done()` (from the database) says whether an earlier try did it.
+        Anything else (a 4xx other than 409, or failing every try) is a violation."""
+        assert self.api is not None
+        for attempt in range(5):
+            status = self.api.post(path, body)
+            if status == 200:
+                return True
+            if status == 409:
+                return attempt > 0 and done()
+            if status and status < 500:
+                break
+            self.report.api_retries += 1
+            time.sleep(0.5)
+        self.report.problems.append(f"the API answered {status} to POST {path}")
+        return False
 
     def _respond(self, interaction: Any, respond: Any) -> None:
         """Answer a question; an approval takes two approvers (the rule's quorum), one
@@ -655,12 +889,24 @@ class Soak:
         pk, run_id = str(interaction.pk), str(interaction.run_id)
         data = {"interaction": pk}
         if interaction.kind == "question":
-            try:
-                respond(pk, {"answer": f"order {run_id}"}, actor=APPROVER)
-            except AgentOpsError:
-                return  # its run was cancelled meanwhile
+            answer = {"answer": f"order {run_id}"}
+            if self._through_api():
+                path = f"/interactions/{pk}/respond"
+                if not self._api_call(
+                    path,
+                    answer,
+                    done=partial(self._audited, run_id, "question_answered", interaction=pk),
+                ):
+                    return  # its run was cancelled meanwhile
+                actor = self._api_actor()
+            else:
+                try:
+                    respond(pk, answer, actor=APPROVER)
+                except AgentOpsError:
+                    return  # its run was cancelled meanwhile
+                actor = APPROVER
             self.report.answers += 1
-            self.actions.append(Action("question_answered", run_id, APPROVER, data))
+            self.actions.append(Action("question_answered", run_id, actor, data))
             return
         if pk not in self.decisions:
             # The first approval is left to expire, the second rejected; then by their shares.
@@ -888,9 +1134,13 @@ class Soak:
             self._operate()
             self._replace_dead()
             time.sleep(0.1)
+        if self.webhooks is not None:
+            self.webhooks.wait_delivered(self.run_ids, self.size.settle_timeout)
         self.report.settle_seconds = time.monotonic() - calm
         self.report.elapsed = time.monotonic() - started
         check(self)
+        if self.webhooks is not None:
+            self.webhooks.check(self.run_ids, self.report)
         return self.report
 
 

@@ -4,7 +4,9 @@ reason and error; operators approving under a quorum rule with expiries, reconci
 forking and running bulk jobs meanwhile; then the invariants (see chaos_support).
 
 `make test` runs the bounded soak with a fresh seed each time; `make soak` runs the long one
-(AGENTOPS_SOAK=1, `soak` marker; AGENTOPS_SOAK_RUNS sets its size). AGENTOPS_CHAOS_SEED replays
+(AGENTOPS_SOAK=1, `soak` marker; AGENTOPS_SOAK_RUNS sets its size), which also makes half the
+answers and cancels through the HTTP API of a live server and has the workers deliver webhooks
+to a receiver that fails and hangs. AGENTOPS_CHAOS_SEED replays
 a seed's schedule (the process timings differ from run to run, so a seed reproduces the faults
 and the runs, not every interleaving). A seed that failed goes into REGRESSION_SEEDS.
 """
@@ -35,11 +37,14 @@ from tests.reliability.chaos_support import (
     MODEL_URL_ENV,
     SECOND_APPROVER,
     STOP_REASONS,
+    WEBHOOK_OUTBOX_ENV,
+    ApiOperator,
     ModelServer,
     OwnRedis,
     Report,
     Settings,
     Soak,
+    Webhooks,
     chaos_desk,
     claude_desk,
 )
@@ -59,18 +64,22 @@ REGRESSION = Settings(runs=40, min_fault_seconds=15.0, redis_outage=3.0, expires
 
 
 class ChaosCluster(Cluster):
-    """The harness's cluster, with the chaos agents in the workers' code registry and the
-    address of the fake Messages API."""
+    """The harness's cluster, with the chaos agents in the workers' code registry, the
+    address of the fake Messages API and, when webhooks are delivered, the outbox's clocks."""
 
-    def __init__(self, folder: Path, *, broker_url: str, model_url: str) -> None:
+    def __init__(
+        self, folder: Path, *, broker_url: str, model_url: str, outbox: dict[str, str]
+    ) -> None:
         super().__init__(folder, broker_url=broker_url)
         self.model_url = model_url
+        self.outbox = outbox
 
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
         env = super()._env(extra)
         env["AGENTOPS_AGENT_MODULES"] = AGENT_MODULES
         env[MODEL_URL_ENV] = self.model_url
         env[MODEL_KEY_ENV] = MODEL_KEY
+        env.update(self.outbox)
         return env
 
 
@@ -107,18 +116,27 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
     servers: list[OwnRedis] = []
     models: list[ModelServer] = []
     clusters: list[Cluster] = []
+    receivers: list[Webhooks] = []
 
-    def make(seed: int, size: Settings) -> Soak:
+    def make(
+        seed: int, size: Settings, api: ApiOperator | None = None, webhooks: bool = False
+    ) -> Soak:
         approval_rule(size)
+        hooks = Webhooks(seed) if webhooks else None
+        if hooks is not None:
+            settings.AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the receiver's
+            receivers.append(hooks)
+            hooks.start()
         server = OwnRedis(tmp_path)
         servers.append(server)
         server.start()
         model = ModelServer()
         models.append(model)
         model.start()
-        cluster = ChaosCluster(tmp_path, broker_url=server.url, model_url=model.url)
+        outbox = WEBHOOK_OUTBOX_ENV if webhooks else {}
+        cluster = ChaosCluster(tmp_path, broker_url=server.url, model_url=model.url, outbox=outbox)
         clusters.append(cluster)
-        return Soak(cluster, server, model, seed, size)
+        return Soak(cluster, server, model, seed, size, api=api, webhooks=hooks)
 
     try:
         yield make
@@ -129,6 +147,8 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
             server.stop()
         for model in models:
             model.stop()
+        for hooks in receivers:
+            hooks.stop()
 
 
 def seed_to_use() -> int:
@@ -169,15 +189,29 @@ def test_it_keeps_every_invariant_for_the_seeds_that_once_failed(chaos, observe,
     assert_invariants(report)
 
 
+def api_operator(url: str) -> ApiOperator:
+    """A service account of the operators, with a token of every scope, as tests/api makes them;
+    the API audits its actions as `api:<name>`."""
+    from tests.api.conftest import make_account, make_token
+
+    name = "chaos-desk-bot"
+    return ApiOperator(url, name, make_token(make_account(name)))
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(7200)
 @pytest.mark.skipif(not SOAK, reason="the long soak: `make soak` (AGENTOPS_SOAK=1)")
-def test_the_long_soak_keeps_every_invariant(chaos, observe) -> None:
+def test_the_long_soak_keeps_every_invariant(chaos, observe, live_server, settings) -> None:
     seed = seed_to_use()
     runs = int(os.environ.get("AGENTOPS_SOAK_RUNS", "1000"))
     print(f"chaos seed={seed} runs={runs}")
-    size = Settings(runs=runs, workers=6, window=24, min_fault_seconds=120.0)
-    report = chaos(seed, size).run()
+    # Half the answers and cancels go through the HTTP API of a live server; the soak checks
+    # their audit, not the per-token rate limit (tests/api covers it).
+    settings.AGENTOPS_API_RATE_LIMIT = 0
+    size = Settings(runs=runs, workers=6, window=24, min_fault_seconds=120.0, api_share=0.5)
+    report = chaos(seed, size, api_operator(live_server.url), webhooks=True).run()
     observe(report.line())
     assert_invariants(report)
     assert report.runs == runs + report.forks
+    assert report.api_actions
+    assert report.webhook_events and report.webhook_failed and report.webhook_hung
