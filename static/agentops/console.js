@@ -190,6 +190,15 @@
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
     tick();
+    // The live push can show what the person's action produced before the action's own answer
+    // lands; that answer is then swapped into what the push replaced, out of the page, and
+    // settles unseen. So the push's outcome takes the focus the answer would have given.
+    var outcome = acted && document.querySelector('[data-focus="outcome"]');
+    if (outcome) {
+      acted = false;
+      outcome.focus();
+      return;
+    }
     restoreFocus();
   });
 
