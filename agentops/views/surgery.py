@@ -116,7 +116,10 @@ def _recorded_input(run: Run, key: str) -> str:
 
 
 def _fork_context(run: Run, form: ForkForm, **extra: Any) -> dict[str, Any]:
-    at = form.data.get("at") or ""
+    # The operation as the form validated it (once; Django keeps the result): the raw value is
+    # whatever the client sent. An unbound form has no cleaned data.
+    form.is_valid()
+    at = getattr(form, "cleaned_data", {}).get("at", "")
     return {
         "run": run,
         "form": form,
