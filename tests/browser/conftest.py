@@ -275,3 +275,27 @@ def people(chromium: Any, shots: Any) -> Iterator[Callable[..., Any]]:
     for found in opened:
         found.close()
     assert problems == [], "\n".join(problems)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_outlasts_a_deadlock() -> Iterator[None]:
+    """The stack's worker keeps sweeping while a test's database is emptied between tests, and
+    PostgreSQL may pick the flush's TRUNCATE as a deadlock's victim: the flush is then retried,
+    as the sweep's transaction has ended by the time the deadlock is reported."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    handle = flush.Command.handle
+
+    def retried(self: flush.Command, **options: Any) -> None:
+        for attempt in range(3):
+            try:
+                return handle(self, **options)
+            except CommandError as exc:
+                if attempt == 2 or "deadlock detected" not in str(exc.__cause__):
+                    raise
+        return None
+
+    flush.Command.handle = retried  # type: ignore[method-assign]
+    yield
+    flush.Command.handle = handle  # type: ignore[method-assign]
