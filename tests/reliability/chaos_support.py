@@ -782,7 +782,10 @@ class Soak:
         if kind == "poison":  # left alone: it must be contained by itself
             self._publish(run_id)
             return
-        if self.rng.random() < self.size.cancel_share:
+        # The first Claude run of each model case is never cancelled: a cancel before its first
+        # request would leave that stop reason or error unmet by the whole soak.
+        first_of_case = kind == "claude" and self.claude_runs <= len(MODEL_CASES)
+        if self.rng.random() < self.size.cancel_share and not first_of_case:
             self.cancel_at[run_id] = now + self.rng.uniform(0.2, 3.0)
         # The first runs meet a pause and a fork for sure; then by their shares.
         if n == 1 or self.rng.random() < self.size.pause_share:
