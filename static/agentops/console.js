@@ -110,6 +110,21 @@
     el.dataset.state = state;
   }
 
+  // A live push carries every region its changes touch; a region this page no longer holds (the
+  // person's own action replaced it a moment before) is dropped here. htmx would otherwise
+  // report the swap without a target as an error; what it swaps is the same either way.
+  htmx.defineExtension("live-regions", {
+    transformResponse: function (text, xhr) {
+      if (xhr) return text; // an action's answer, not a push
+      var holder = document.createElement("template");
+      holder.innerHTML = text;
+      Array.prototype.slice.call(holder.content.children).forEach(function (region) {
+        if (region.id && !document.getElementById(region.id)) region.remove();
+      });
+      return holder.innerHTML;
+    },
+  });
+
   // On every (re)connect, tell the server the last event this page has seen: it sends back
   // the fragments that changed since, so nothing is missed while the socket was down.
   document.addEventListener("htmx:wsOpen", function (event) {

@@ -60,3 +60,24 @@ def test_it_shows_new_work_within_a_second_and_catches_up_after_a_reconnect(desk
     assert inbox.locator("#approvals-title .tally").inner_text() == "2"
     assert alice.still_same_document()
     alice.shot("caught-up")
+
+
+def test_a_push_for_a_region_the_page_no_longer_holds_is_dropped_without_an_error(
+    desk, people, stack
+):
+    run = desk.submit("Please refund $40 of order 1001, the bowl arrived cracked.")
+    desk.wait_status(run, RunStatus.WAITING)
+    alice = people(stack, "alice")
+    page = alice.open(f"/runs/{run.pk}/")
+    alice.wait_live()
+    # What an action's answer does a moment before the push of the same change arrives: the
+    # region the push will carry is no longer on the page.
+    page.evaluate("document.getElementById('run-operations').remove()")
+
+    respond(desk.pending(run).pk, {"approved": True, "reason": ""}, actor="bob")
+    desk.wait_status(run, RunStatus.COMPLETED)
+    # The regions the page holds follow the run; the one it dropped is not put back, and no
+    # error was reported for it (the fixture checks every page's console when the test ends).
+    page.locator("#run-header .badge", has_text="completed").wait_for()
+    assert page.locator("#run-operations").count() == 0
+    assert alice.watch.problems() == []
