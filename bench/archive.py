@@ -2,11 +2,11 @@
 
     .venv/bin/python -m bench.archive [--runs 20000] [--events-per-run 10] [--batch 1000]
 
-Seeds a PostgreSQL database of its own (agentops_bench_archive) in bulk SQL with finished runs
-200 days old — each with its session, two operations and its events — and as many recent
-unfinished ones that must stay, then archives everything older than 90 days into a gzip file in
-a temporary directory (runtime.retention.archive_runs, as `manage.py archive_runs` does) and
-reports rows per second, bytes per row and the batches.
+Seeds a PostgreSQL database of its own (agentops_bench_archive) in bulk SQL (bench.seed) with
+finished runs 200 days old — each with its session, two operations and its events — and as many
+recent unfinished ones that must stay, then archives everything older than 90 days into a gzip
+file in a temporary directory (runtime.retention.archive_runs, as `manage.py archive_runs` does)
+and reports rows per second, bytes per row and the batches.
 
 The baseline measured in the same run is the same archive over 1% of the runs: the rate should
 not fall as the data grows (each batch's queries are by primary key and index).
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import harness
+from bench import harness, seed
 from bench.harness import Variant
 
 DATABASE = "agentops_bench_archive"
@@ -60,46 +60,31 @@ class Archiving:
 
         first, last = self.seeded + 1, self.seeded + runs
         started = time.perf_counter()
-        params: dict[str, Any] = {
-            "first": first,
-            "last": last,
-            "fingerprint": self.fingerprint,
-            "events": self.events_per_run,
-        }
+        values = seed.params(
+            first, last, fingerprint=self.fingerprint, events_per_run=self.events_per_run
+        )
         old = "now() - interval '200 days'"
         statements = [
-            "INSERT INTO agentops_session (id, agent, title, created_at) "
-            f"SELECT md5('s' || g)::uuid, 'bench', 'Order A-' || g, {old} "
-            "FROM generate_series(%(first)s, %(last)s) g",
-            "INSERT INTO agentops_run (id, session_id, seq, agent, version, fingerprint, status, "
-            "  input, output, error, transcript, attention_reason, attention_detail, "
-            "  blocked_operation, lease_owner, lease_expires_at, fence, steps, next_attempt_at, "
-            "  error_kind, crashed_claims, last_crash, created_at, updated_at, finished_at, "
-            "  pause_requested_by, pause_reason, paused_from, parent_id, fork_point, fork_context) "
-            "SELECT md5('r' || g)::uuid, md5('s' || g)::uuid, 1, 'bench', '1', %(fingerprint)s, "
-            "  CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'completed' END, "
-            "  'Where is order A-' || g || '?', 'It shipped.', '', '[]'::jsonb, '', '{}'::jsonb, "
-            "  '', '', NULL, 1, 1, NULL, '', 0, '', "
-            f"  CASE WHEN g %% 10 = 0 THEN now() ELSE {old} END, "
-            f"  CASE WHEN g %% 10 = 0 THEN now() ELSE {old} END, "
-            f"  CASE WHEN g %% 10 = 0 THEN NULL ELSE {old} END, '', '', '', NULL, '', '{{}}' "
-            "FROM generate_series(%(first)s, %(last)s) g",
-            "INSERT INTO agentops_operation (run_id, key, kind, name, policy, status, input, "
-            "  input_hash, result, is_error, error, usage, attempts, intent_at, outcome_at) "
-            "SELECT md5('r' || g)::uuid, k.key, k.kind, k.name, '', 'completed', "
+            seed.sessions(old),
+            seed.runs(
+                status="CASE WHEN g %% 10 = 0 THEN 'queued' ELSE 'completed' END",
+                created_at=f"CASE WHEN g %% 10 = 0 THEN now() ELSE {old} END",
+                finished_at=f"CASE WHEN g %% 10 = 0 THEN NULL ELSE {old} END",
+            ),
+            seed.INSERT_OPERATION
+            + f"SELECT {seed.RUN_ID}, k.key, k.kind, k.name, '', 'completed', "
             '  \'{"order_id": "A-1"}\'::jsonb, md5(k.key || g), '
             "  '{\"status\": \"paid\"}'::jsonb, false, '', NULL, 1, now(), now() "
-            "FROM generate_series(%(first)s, %(last)s) g, (VALUES "
+            f"FROM {seed.SERIES}, (VALUES "
             "  ('step-1/model', 'model', 'bench-model'), "
             "  ('step-1/tool/toolu_01_0', 'tool', 'get_order')) AS k(key, kind, name)",
-            "INSERT INTO agentops_event (run_id, kind, actor, operation_key, data, created_at) "
-            "SELECT md5('r' || g)::uuid, 'intent', 'runtime', 'step-1/model', "
+            seed.INSERT_EVENT + f"SELECT {seed.RUN_ID}, 'intent', 'runtime', 'step-1/model', "
             f"  ('{{\"n\": ' || e || '}}')::jsonb, {old} "
-            "FROM generate_series(%(first)s, %(last)s) g, generate_series(1, %(events)s) e",
+            f"FROM {seed.SERIES}, generate_series(1, %(events)s) e",
         ]
         with connection.cursor() as cursor:
             for statement in statements:
-                cursor.execute(statement, params)
+                cursor.execute(statement, values)
             cursor.execute("ANALYZE")
         self.seeded = last
         return {"seconds": time.perf_counter() - started, "rows": self.counts()}
@@ -107,12 +92,8 @@ class Archiving:
     def counts(self) -> dict[str, int]:
         from django.db import connection
 
-        counts = {}
         with connection.cursor() as cursor:
-            for table in ("run", "operation", "event"):
-                cursor.execute(f"SELECT count(*) FROM agentops_{table}")
-                counts[table] = cursor.fetchone()[0]
-        return counts
+            return seed.count(cursor, ("run", "operation", "event"))
 
     def archive(self, batch: int) -> dict[str, Any]:
         from runtime.retention import archive_runs

@@ -4,7 +4,7 @@
 
 Seeds a PostgreSQL database of its own (agentops_bench_console_1000000) with the data of a busy
 deployment — 1,000,000 runs, 10,000,000 events, 10,000 pending approvals — in bulk SQL
-(generate_series, with the secondary indexes dropped during the load and built after it), and
+(bench.seed, with the secondary indexes dropped during the load and built after it), and
 measures the pages an operator lives in: the inbox, the runs list (no filter, each filter, a
 text search, an id search, a search in tool results, the next page), the run page, the audit log
 and the version board. Server time is the Django request handling (middleware, view, queries,
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import harness
+from bench import harness, seed
 from bench.harness import Variant
 
 # The kept database of a size: agentops_bench_console_1000000 for the default.
@@ -89,12 +89,8 @@ class Seeded:
     def rows(self) -> dict[str, int]:
         from django.db import connection
 
-        counts = {}
         with connection.cursor() as cursor:
-            for table in ("run", "event", "operation", "interaction"):
-                cursor.execute(f"SELECT count(*) FROM agentops_{table}")
-                counts[table] = cursor.fetchone()[0]
-        return counts
+            return seed.count(cursor, ("run", "event", "operation", "interaction"))
 
     def seed(self, runs: int) -> dict[str, Any]:
         """Seed `runs` runs (each with its session, events and two operations) into the empty
@@ -103,12 +99,9 @@ class Seeded:
         from django.db import connection, transaction
 
         started = time.perf_counter()
-        params: dict[str, Any] = {
-            "first": 1,
-            "last": runs,
-            "fingerprint": self.fingerprint,
-            "events": self.events_per_run,
-        }
+        params = seed.params(
+            1, runs, fingerprint=self.fingerprint, events_per_run=self.events_per_run
+        )
         tables = [f"agentops_{table}" for table in TABLES]
         counts = importlib.import_module("runtime.migrations.0008_status_counts")
         with transaction.atomic(), connection.cursor() as cursor:
@@ -156,7 +149,7 @@ class Seeded:
         from runtime.models import Run
 
         first_page = selectors.runs_page(selectors.RunFilters())
-        halfway = selectors.run_cursor(Run.objects.get(pk=_uuid("r", middle)))
+        halfway = selectors.run_cursor(Run.objects.get(pk=seed.uuid_of("r", middle)))
         return {
             "inbox": "/",
             "runs list": "/runs/",
@@ -166,18 +159,18 @@ class Seeded:
             "runs list, agent + version": "/runs/?agent=bench&version=1",
             "runs list, version": "/runs/?version=1",
             "runs list, status + agent": "/runs/?status=failed&agent=bench",
-            "runs list, session": f"/runs/?session={_uuid('s', completed)}",
+            "runs list, session": f"/runs/?session={seed.uuid_of('s', completed)}",
             "runs list, text search": f"/runs/?q=A-{completed}",
             "runs list, old text search": f"/runs/?q=A-{middle}",
             "runs list, search, no match": "/runs/?q=nothing-like-this",
-            "runs list, id search": f"/runs/?q={_uuid('r', completed)}",
-            "runs list, id prefix search": f"/runs/?q={_uuid('r', middle)[:8]}",
+            "runs list, id search": f"/runs/?q={seed.uuid_of('r', completed)}",
+            "runs list, id prefix search": f"/runs/?q={seed.uuid_of('r', middle)[:8]}",
             # Found only in a tool call's result (a customer's name).
             "runs list, result search": f"/runs/?q=Customer {completed}",
             "runs list, next page": f"/runs/?before={first_page.older}",
             "runs list, page halfway": f"/runs/?before={halfway}",
-            "run page (completed)": f"/runs/{_uuid('r', completed)}/",
-            "run page (waiting)": f"/runs/{_uuid('r', waiting)}/",
+            "run page (completed)": f"/runs/{seed.uuid_of('r', completed)}/",
+            "run page (waiting)": f"/runs/{seed.uuid_of('r', waiting)}/",
             "audit log": "/audit/",
             "audit log, actor": "/audit/?actor=alice",
             "version board": "/versions/",
@@ -216,76 +209,58 @@ class Seeded:
 
 
 def _statements() -> list[str]:
-    """The seed, in bulk SQL: ids derived from the number g, the newest run the highest g."""
+    """The seed, in bulk SQL: the newest run the highest g."""
     ago = "now() - make_interval(secs => %(last)s - g)"
     return [
-        "INSERT INTO agentops_session (id, agent, title, created_at) "
-        f"SELECT md5('s' || g)::uuid, 'bench', 'Order A-' || g, {ago} "
-        "FROM generate_series(%(first)s, %(last)s) g",
-        "INSERT INTO agentops_run (id, session_id, seq, agent, version, fingerprint, status, "
-        "  input, output, error, transcript, attention_reason, attention_detail, "
-        "  blocked_operation, lease_owner, lease_expires_at, fence, steps, next_attempt_at, "
-        "  error_kind, crashed_claims, last_crash, pause_requested_by, pause_reason, "
-        "  paused_from, parent_id, fork_point, fork_context, sent_at, "
-        "  created_at, updated_at, finished_at) "
-        "SELECT md5('r' || g)::uuid, md5('s' || g)::uuid, 1, 'bench', '1', %(fingerprint)s, "
-        f"  {STATUS_OF}, 'Where is order A-' || g || '?', "
-        "  CASE WHEN g %% 100 >= 5 THEN 'It shipped.' ELSE '' END, "
-        "  CASE WHEN g %% 100 = 3 THEN 'model error: overloaded' ELSE '' END, '[]'::jsonb, "
-        f"  CASE WHEN {VERSION_BLOCKED} THEN 'version_unregistered' "
-        "    WHEN g %% 100 = 1 THEN 'uncertain_operation' ELSE '' END, "
-        f"  CASE WHEN {VERSION_BLOCKED} THEN "
-        '    \'{"message": "bench version 1 is not registered", "differences": []}\' '
-        "  ELSE '{}' END::jsonb, "
-        f"  CASE WHEN g %% 100 = 1 AND NOT {VERSION_BLOCKED} "
-        "    THEN 'step-1/tool/toolu_01_0' ELSE '' END, '', NULL, 1, 1, "
-        "  CASE WHEN g %% 100 = 2 THEN now() + interval '1 hour' END, '', 0, '', '', '', '', "
-        f"  NULL, '', '{{}}'::jsonb, NULL, {ago}, {ago}, "
-        f"  CASE WHEN g %% 100 >= 3 THEN {ago} END "
-        "FROM generate_series(%(first)s, %(last)s) g",
+        seed.sessions(ago),
+        seed.runs(
+            status=STATUS_OF,
+            created_at=ago,
+            finished_at=f"CASE WHEN g %% 100 >= 3 THEN {ago} END",
+            output="CASE WHEN g %% 100 >= 5 THEN 'It shipped.' ELSE '' END",
+            error="CASE WHEN g %% 100 = 3 THEN 'model error: overloaded' ELSE '' END",
+            attention_reason=f"CASE WHEN {VERSION_BLOCKED} THEN 'version_unregistered' "
+            "WHEN g %% 100 = 1 THEN 'uncertain_operation' ELSE '' END",
+            attention_detail=f"CASE WHEN {VERSION_BLOCKED} THEN "
+            '\'{"message": "bench version 1 is not registered", "differences": []}\' '
+            "ELSE '{}' END::jsonb",
+            blocked_operation=f"CASE WHEN g %% 100 = 1 AND NOT {VERSION_BLOCKED} "
+            "THEN 'step-1/tool/toolu_01_0' ELSE '' END",
+            next_attempt_at="CASE WHEN g %% 100 = 2 THEN now() + interval '1 hour' END",
+        ),
         # Two operations per run: the model request and the tool call it asked for.
-        "INSERT INTO agentops_operation (run_id, key, kind, name, policy, status, input, "
-        "  input_hash, result, is_error, error, usage, attempts, intent_at, outcome_at) "
-        "SELECT md5('r' || g)::uuid, 'step-1/model', 'model', 'bench-model', '', "
+        seed.INSERT_OPERATION
+        + f"SELECT {seed.RUN_ID}, 'step-1/model', 'model', 'bench-model', '', "
         "  CASE WHEN g %% 100 = 2 THEN 'failed' ELSE 'completed' END, "
         '  \'{"model": "bench-model", "message_count": 1}\'::jsonb, md5(\'i\' || g), '
         '  (\'{"content": [{"type": "text", "text": "Checking."}, {"type": '
         '  "tool_use", "id": "toolu_01_0", "name": "get_order", "input": '
         '  {"order_id": "A-\' || g || \'"}}], "stop_reason": "tool_use"}\')::jsonb, '
         "  false, '', NULL, 1, now(), now() "
-        "FROM generate_series(%(first)s, %(last)s) g",
-        "INSERT INTO agentops_operation (run_id, key, kind, name, policy, status, input, "
-        "  input_hash, result, is_error, error, usage, attempts, intent_at, outcome_at) "
-        "SELECT md5('r' || g)::uuid, 'step-1/tool/toolu_01_0', 'tool', 'get_order', 'safe', "
+        f"FROM {seed.SERIES}",
+        seed.INSERT_OPERATION
+        + f"SELECT {seed.RUN_ID}, 'step-1/tool/toolu_01_0', 'tool', 'get_order', 'safe', "
         '  \'completed\', (\'{"tool": "get_order", "arguments": {"order_id": "A-\' '
         "  || g || '\"}}')::jsonb, md5('t' || g), "
         '  (\'{"order_id": "A-\' || g || \'", "customer": "Customer \' || g || \'", '
         '  "status": "paid"}\')::jsonb, false, \'\', '
         "  NULL, 1, now(), now() "
-        "FROM generate_series(%(first)s, %(last)s) g WHERE g %% 100 <> 0",
+        f"FROM {seed.SERIES} WHERE g %% 100 <> 0",
         # The pending approvals of the waiting runs (one run in a hundred).
         "INSERT INTO agentops_interaction (id, run_id, operation_key, kind, tool_name, "
         "  payload, status, response, responded_by, responded_at, created_at) "
-        "SELECT md5('a' || g)::uuid, md5('r' || g)::uuid, 'step-1/tool/toolu_01_0', "
+        f"SELECT md5('a' || g)::uuid, {seed.RUN_ID}, 'step-1/tool/toolu_01_0', "
         "  'tool_approval', 'get_order', "
         "  ('{\"arguments\": {\"order_id\": \"A-' || g || '\"}}')::jsonb, 'pending', NULL, "
         f"  '', NULL, {ago} "
-        "FROM generate_series(%(first)s, %(last)s) g WHERE g %% 100 = 0",
+        f"FROM {seed.SERIES} WHERE g %% 100 = 0",
         # The events: the timeline of every run.
-        "INSERT INTO agentops_event (run_id, kind, actor, operation_key, data, created_at) "
-        f"SELECT md5('r' || g)::uuid, {EVENT_KINDS}[e], "
+        seed.INSERT_EVENT + f"SELECT {seed.RUN_ID}, {EVENT_KINDS}[e], "
         "  CASE WHEN e = 10 THEN 'alice' ELSE 'runtime' END, "
         "  CASE WHEN e BETWEEN 3 AND 8 THEN 'step-1/model' ELSE '' END, '{}'::jsonb, "
         f"  {ago} "
-        "FROM generate_series(%(first)s, %(last)s) g, generate_series(1, %(events)s) e",
+        f"FROM {seed.SERIES}, generate_series(1, %(events)s) e",
     ]
-
-
-def _uuid(prefix: str, number: int) -> str:
-    import hashlib
-    import uuid
-
-    return str(uuid.UUID(hashlib.md5(f"{prefix}{number}".encode()).hexdigest()))
 
 
 def _report(

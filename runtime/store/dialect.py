@@ -89,11 +89,11 @@ class Dialect(ABC):
         """The owned run's move out of `running` (itself the fence) and its events: their ids
         in log order. `assignments` is the SET list, columns and named parameters."""
 
+    @abstractmethod
     def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
-        """The claim as one statement with its events (worker.claim's parameters), or None if
-        the run was not claimable. Only where a record is one statement (`one_statement`);
-        elsewhere worker.claim reads, then writes guarded on what it read."""
-        raise NotImplementedError
+        """Take the runnable run, guarded on the status and fence it had, with the claim's
+        events (worker.claim's parameters; its `_claim_events` says which): what was taken over
+        and the event ids, or None, having written nothing, if the run was not claimable."""
 
     @abstractmethod
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:

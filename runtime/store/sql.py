@@ -31,21 +31,6 @@ OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
 # What a claim that takes over an expired lease records as the last crash (`%s`: the lost owner).
 LOST = "the worker %s lost the run: its lease expired (it died or stalled)"
 
-# What a claim reads: the run's state, if it is runnable now.
-SEEN = f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}"
-
-# The claim, guarded on the status and fence it read. Every claim counts as a crash until it
-# ends cleanly (a transition out of `running` resets the count): a worker that dies, or a claim
-# that ends in an unexpected exception, leaves it up. Taking over an expired lease records the
-# lost worker as the last crash (the CASE reads the status before the UPDATE).
-CLAIM = f"""
-UPDATE {RUN}
-SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
-    fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1,
-    last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
-    updated_at = %(now)s
-WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s"""
-
 # The lease renewed by every fenced write. An intent (`pausable`) is also the engine's pause
 # point: it lands only if no operator asked the run to pause, which saves a read per call.
 HOLD = f"""UPDATE {RUN} SET lease_expires_at = %(lease)s, updated_at = %(now)s

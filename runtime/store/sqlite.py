@@ -13,8 +13,17 @@ from typing import Any, ClassVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from runtime.store.dialect import Dialect, OperationUpdate
-from runtime.store.sql import HOLD, INSERT_EVENT, OPERATION, OPERATION_COLUMNS, OWNED, RUN
+from runtime.models import RUNTIME, RunStatus
+from runtime.store.dialect import Claimed, Dialect, OperationUpdate
+from runtime.store.sql import (
+    HOLD,
+    INSERT_EVENT,
+    OPERATION,
+    OPERATION_COLUMNS,
+    OWNED,
+    RUN,
+    RUNNABLE,
+)
 
 
 def named(sql: str) -> str:
@@ -50,6 +59,24 @@ def _carried(sql: str) -> str:
 CARRIED_OUTCOME = _carried(OUTCOME)
 CARRIED_EVENT = _carried(RUNTIME_EVENT)
 EVENT = named(INSERT_EVENT)
+
+
+# The claim in two steps (no data-modifying CTE reads the run, takes it and writes its events
+# at once here). What a claim reads: the run's state, if it is runnable now.
+SEEN = named(f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}")
+
+# The claim, guarded on the status and fence it read: of two claims of what they both read,
+# exactly one lands. Every claim counts as a crash until it ends cleanly (a transition out of
+# `running` resets the count): a worker that dies, or a claim that ends in an unexpected
+# exception, leaves it up. Taking over an expired lease records the lost worker as the last
+# crash (the CASE reads the status before the UPDATE).
+CLAIM = named(f"""
+UPDATE {RUN}
+SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
+    fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1,
+    last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
+    updated_at = %(now)s
+WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s""")
 
 
 def move_owned(assignments: str) -> str:
@@ -138,6 +165,31 @@ class Sqlite(Dialect):
         ids = self._carry(cursor, params, carried)
         ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
         return ids
+
+    def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
+        with db.wrap_database_errors, self.cursor(db) as cursor:
+            seen = cursor.execute(SEEN, params).fetchone()
+        if seen is None:
+            return None
+        status, fence, previous_owner = seen
+        guarded = {**params, "status": status, "fence": fence}
+        guarded["lost"] = params["lost"] % previous_owner
+        # The events as worker._claim_events has them, in log order: a takeover's lost lease
+        # first, then the claim.
+        owner = params["owner"]
+        events = [(params["claimed"], {"owner": owner, "fence": fence + 1})]
+        if status == RunStatus.RUNNING:
+            data = {"previous_owner": previous_owner, "owner": owner}
+            events.insert(0, (params["expired"], data))
+        row = {"run": params["run"], "actor": RUNTIME, "key": "", "now": params["now"]}
+        with self.transaction(db) as cursor:
+            if cursor.execute(CLAIM, guarded).rowcount != 1:
+                return None
+            ids = [
+                self.insert_event(db, cursor, {**row, "event": kind, "data": self.json(db, data)})
+                for kind, data in events
+            ]
+        return status, fence, previous_owner, ids
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(cursor.execute(EVENT, params).lastrowid)

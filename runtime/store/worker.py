@@ -55,7 +55,8 @@ def claim(run_id: Any, owner: str) -> Run | None:
 
     Optimistic: read the run (if runnable), then UPDATE guarded on the status and fence read,
     so of two workers delivered the same run exactly one lands, and the winner knows what it
-    took over. On PostgreSQL the read, the write and its events are one statement.
+    took over. On PostgreSQL the read, the write and its events are one statement; on SQLite,
+    a read, then the write and its events in one transaction (the dialects).
     """
     now = clock.now()
     db = connection()
@@ -65,32 +66,18 @@ def claim(run_id: Any, owner: str) -> Run | None:
         "now": dialect.moment(db, now),
         "lease": dialect.moment(db, _lease(now)),
         "owner": owner,
+        "lost": sql.LOST,
+        "expired": EventKind.LEASE_EXPIRED,
+        "claimed": EventKind.CLAIMED,
     }
-    if dialect.one_statement:
-        params.update(lost=sql.LOST, expired=EventKind.LEASE_EXPIRED, claimed=EventKind.CLAIMED)
-        taken = dialect.claim(db, params)
-        if taken is None:
-            return None
-        status, fence, previous_owner, ids = taken
-        written = _claim_events(
-            run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
-        )
-        transitions.check([status], RunStatus.RUNNING)  # the statement's RUNNABLE allows it
-    else:
-        with db.wrap_database_errors, dialect.cursor(db) as cursor:
-            seen = dialect.execute(db, cursor, sql.SEEN, params).fetchone()
-        if seen is None:
-            return None
-        status, fence, previous_owner = seen
-        transitions.check([status], RunStatus.RUNNING)
-        params.update(status=status, fence=fence, lost=sql.LOST % previous_owner)
-        written = _claim_events(
-            run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
-        )
-        with dialect.transaction(db) as cursor:
-            if dialect.execute(db, cursor, sql.CLAIM, params).rowcount != 1:
-                return None
-            ids = [dialect.insert_event(db, cursor, each.params(db, dialect)) for each in written]
+    taken = dialect.claim(db, params)
+    if taken is None:
+        return None
+    status, fence, previous_owner, ids = taken
+    transitions.check([status], RunStatus.RUNNING)  # the claim's RUNNABLE allows it
+    written = _claim_events(
+        run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
+    )
     for event_id, each in zip(ids, written, strict=True):
         published(db, event_id, each)
     return _claimed_run(run_id)
@@ -99,7 +86,7 @@ def claim(run_id: Any, owner: str) -> Run | None:
 def _claim_events(
     run_id: Any, owner: str, now: dt.datetime, *, status: str, fence: int, previous_owner: str
 ) -> list[Written]:
-    """A claim's events, in log order (runtime/store/postgres.py writes the same in SQL)."""
+    """A claim's events, in log order, as published (each dialect's claim writes the same)."""
     written = [Written(run_id, EventKind.CLAIMED, "", {"owner": owner, "fence": fence + 1}, now)]
     if status == RunStatus.RUNNING:
         data = {"previous_owner": previous_owner, "owner": owner}

@@ -6,7 +6,8 @@ the conflict error naming the winner, and the run moves once. Resolve, retry and
 combinations, and a bulk job's item against a single-run action, and a fork against a retry: the
 outcome is one of the two serial orders, every refusal is a typed conflict error (never a
 database error), every success has exactly one audit event, and after the runs finish nothing
-was applied twice or lost.
+was applied twice or lost. Half the runs of each combination are played in a forced order, each
+way in turn, so that both serial orders are met and checked.
 
 `make test` runs 200 of each; `make soak` (AGENTOPS_SOAK=1) runs 1,000.
 """
@@ -152,19 +153,32 @@ def make_run(agent: str) -> Run:
     return run
 
 
-def clash(pairs: list[tuple[Callable[[], Any], Callable[[], Any]]]) -> list[list[Any]]:
-    """Run both calls of each pair at the same moment; each call's value or exception."""
+def clash(
+    pairs: list[tuple[Callable[[], Any], Callable[[], Any]]],
+    leads: list[int | None] | None = None,
+) -> list[list[Any]]:
+    """Run both calls of each pair at the same moment; each call's value or exception.
+
+    Where `leads[i]` names a side (0 or 1), the other side starts only once that side's call
+    has returned: the pair's serial order is forced, however the threads are scheduled.
+    """
     outcomes: list[list[Any]] = [[None, None] for _ in pairs]
+    order = leads if leads is not None else [None] * len(pairs)
+    returned = [threading.Event() for _ in pairs]
     barriers = [threading.Barrier(2, timeout=60) for _ in range(GROUPS)]
 
     def side(group: int, which: int) -> None:
         try:
             for i in range(group, len(pairs), GROUPS):
                 barriers[group].wait()
+                if order[i] not in (None, which):
+                    returned[i].wait()
                 try:
                     outcomes[i][which] = pairs[i][which]()
                 except BaseException as exc:  # judged by the test, whatever it is
                     outcomes[i][which] = exc
+                finally:
+                    returned[i].set()
         finally:
             connection.close()
 
@@ -315,6 +329,10 @@ COMBOS = [
     Combo("fork/retry", "race-failed", (((True, True), QUEUED), ((False, True), QUEUED))),
 ]
 FAILED_MODEL_KEY = "step-1/model"
+# Which side of a combination's run goes first, by the run's turn within its combination: half
+# race at the barrier; the other half are played a-then-b and b-then-a by construction, since a
+# bulk job's batch starts later than a single verb and, left to the race, would never go first.
+LEADS: tuple[int | None, ...] = (None, 0, None, 1)
 
 
 def calls(combo: Combo, run: Run) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -382,21 +400,28 @@ def test_resolve_retry_and_cancel_races_end_as_one_serial_order(define, effects,
     define(*AGENTS)
     started = time.monotonic()
     plan = [COMBOS[i % len(COMBOS)] for i in range(SCALE)]
+    leads = [LEADS[i // len(COMBOS) % len(LEADS)] for i in range(SCALE)]
     runs = in_threads(lambda combo: make_run(combo.agent), plan)
     setup = time.monotonic() - started
     charged = effects.total
     started = time.monotonic()
-    outcomes = clash([calls(combo, run) for combo, run in zip(plan, runs, strict=True)])
+    pairs = [calls(combo, run) for combo, run in zip(plan, runs, strict=True)]
+    outcomes = clash(pairs, leads)
     racing = time.monotonic() - started
 
     assert unexpected(outcomes, [combo.name for combo in plan]) == []
     events = operator_events([run.pk for run in runs])
     orders: Counter[str] = Counter()
-    for combo, run, (a, b) in zip(plan, runs, outcomes, strict=True):
+    for combo, lead, run, (a, b) in zip(plan, leads, runs, outcomes, strict=True):
         run.refresh_from_db()
         seen = ((won(a), won(b)), run.status)
         assert seen in combo.serial, (combo.name, run.pk, a, b, run.status)
-        orders[f"{combo.name}: {'a' if seen == combo.serial[0] else 'b'} first"] += 1
+        if lead is not None:
+            assert seen == combo.serial[lead], (combo.name, lead, run.pk, a, b, run.status)
+        if combo.serial[0] == combo.serial[1]:
+            orders[f"{combo.name}: same either way"] += 1
+        else:
+            orders[f"{combo.name}: {'a' if seen == combo.serial[0] else 'b'} first"] += 1
         if combo.name in EXCLUSIVE:
             assert won(a) != won(b)  # one winner; the loser got the conflict error
         # One audit event for each success, by its actor; none for a refusal.
@@ -410,6 +435,16 @@ def test_resolve_retry_and_cancel_races_end_as_one_serial_order(define, effects,
             assert len(winners) <= 1
             expected = {"receipt_id": f"rcpt-{run.pk}-{winners[0]}"} if winners else None
             assert op.result == expected
+
+    # Both serial orders of each combination were met: a change that made one impossible fails.
+    unmet = [
+        f"{combo.name}: {side} first"
+        for combo in COMBOS
+        if combo.serial[0] != combo.serial[1]
+        for side in "ab"
+        if not orders[f"{combo.name}: {side} first"]
+    ]
+    assert unmet == []
 
     # The runs that may go on finish; nothing ran twice and nothing was lost.
     queued = [run for run in runs if Run.objects.get(pk=run.pk).status == RunStatus.QUEUED]
