@@ -40,8 +40,10 @@ pytestmark = pytest.mark.postgres
 DATABASE = "agentops"
 WORKERS = 2
 WAVE = 8  # runs per wave; two waves
-# Lines a worker logs: a claim that worked a run, and any error (e.g. a failed sweep).
+# Lines a worker logs: a claim that worked a run, a delivery that met the server down (its
+# message is acknowledged; the sweep hands the run over again), and any error.
 ADVANCED = ": advanced"
+DELIVERY_FAILED = "raised unexpected: OperationalError"
 ERROR = "ERROR/"
 UNFINISHED = ("queued", "running", "retry_wait")
 
@@ -204,11 +206,14 @@ def test_runs_survive_crashes_of_the_whole_postgresql_server(server, cluster, ob
     lost += sum(1 for name in ("charge", "ticket") for n in by_tool[name] if n == 0)
     worked_after = [w.count(ADVANCED) - b for w, b in zip(workers, advanced_before, strict=True)]
     alive = [w.alive() for w in workers]
+    failed_deliveries = sum(w.count(DELIVERY_FAILED) for w in workers)
+    takeovers = query(server, "SELECT count(*) FROM agentops_event WHERE kind = 'lease_expired'")
     observe(
         f"runs={len(ids)} {' '.join(f'{k}={v}' for k, v in sorted(ends.items()))} "
         f"restarts={server.restarts} crash_recoveries={server.crash_recoveries()} "
         f"in_flight_at_crash={held} effects={records.total_effects} duplicates={duplicates} "
-        f"lost={lost} reconciled={len(reconciled)} workers_alive={sum(alive)}/{WORKERS} "
+        f"lost={lost} reconciled={len(reconciled)} takeovers={takeovers[0][0]} "
+        f"failed_deliveries={failed_deliveries} workers_alive={sum(alive)}/{WORKERS} "
         f"claims_per_worker_after_last_crash={worked_after} seconds={seconds:.1f}"
     )
 
