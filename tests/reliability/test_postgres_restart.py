@@ -159,8 +159,8 @@ def quiet(workers: list[Process]) -> bool:
 
 
 def probe(cluster: OwnServerCluster, worker: Process, *, queue: str, run_id: str) -> None:
-    """Deliver a finished run to this worker alone: its claim reads the database on the
-    worker's task connection, so it answers only if that connection came back."""
+    """Deliver a finished run to this worker alone: its claim reads the database, so it
+    answers only if the worker's tasks reach the restarted server."""
     answer = f"run {run_id}: not claimable"
     before = worker.count(answer)
     cluster.publish(run_id, queue=queue)
