@@ -502,8 +502,9 @@ def run_detail(run: Run, *, every_event: bool = False) -> dict[str, Any]:
 # --- interactions --------------------------------------------------------------------------------
 
 
-def interaction_detail(interaction: Interaction) -> dict[str, Any]:
-    """An approval or question with its context: the agent's last words and the transcript."""
+def interaction_detail(interaction: Interaction, viewer: str) -> dict[str, Any]:
+    """An approval or question with its context (the agent's last words, the transcript), and
+    its policy as `viewer` sees it: the decisions the rule leaves them."""
     run = interaction.run
     operations = list(run.operations.order_by("intent_at", "pk"))
     by_key = {op.key: op for op in operations}
@@ -536,7 +537,9 @@ def interaction_detail(interaction: Interaction) -> dict[str, Any]:
         "related": decisions.related_calls([interaction]).get(interaction.pk, []),
         "recent_days": decisions.RECENT_DAYS,
         "high_risk": is_approval and pending and decisions.is_high_risk(tool, to_run),
-        "work": work.policy_detail(interaction, tool, by_key.get(interaction.operation_key)),
+        "work": work.policy_detail(
+            interaction, tool, by_key.get(interaction.operation_key), viewer
+        ),
     }
 
 

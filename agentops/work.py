@@ -129,9 +129,10 @@ def parse_edit(fields: list[EditField], posted: Any) -> tuple[dict[str, Any], li
 
 
 def policy_detail(
-    interaction: Interaction, tool: Tool | None, op: Operation | None
+    interaction: Interaction, tool: Tool | None, op: Operation | None, viewer: str
 ) -> dict[str, Any]:
-    """The policy panel of a decision page (`op`: the call's operation, once it has one)."""
+    """The policy panel of a decision page (`op`: the call's operation, once it has one), as
+    `viewer` sees it."""
     item = item_of(interaction)
     now = clock.now()
     rules = policy.Policy.from_json(item.policy) if item else None
@@ -162,6 +163,30 @@ def policy_detail(
         "receipt": receipt,
         "edit_fields": edit_fields(tool, current or {}) if is_approval else [],
         "reauth_required": bool(rules and rules.high_risk),
+        "refusals": refusals(interaction, item, viewer, now),
+    }
+
+
+def refusals(
+    interaction: Interaction, item: WorkItem | None, viewer: str, now: dt.datetime
+) -> dict[str, str | None]:
+    """Why `viewer` may not approve, reject or edit this approval now (None: they may).
+
+    The runtime's own check, so that a page (and its live pushes) offers a person only the
+    decisions the verbs would accept from them; the permission to answer is the template's.
+    """
+    if interaction.kind != InteractionKind.TOOL_APPROVAL:
+        return {"approve": None, "reject": None, "edit": None}
+
+    def why(*, approving: bool, editing: bool = False) -> str | None:
+        return policy.refusal(
+            item, interaction, viewer, approving=approving, editing=editing, now=now
+        )
+
+    return {
+        "approve": why(approving=True),
+        "reject": why(approving=False),
+        "edit": why(approving=False, editing=True),
     }
 
 

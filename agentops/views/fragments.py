@@ -119,7 +119,8 @@ def _interaction(interaction_id: uuid.UUID) -> Renderer:
         )
         if interaction is None or STATUS not in changes:
             return []
-        return _render([INTERACTION], selectors.interaction_detail(interaction), request)
+        detail = selectors.interaction_detail(interaction, request.user.get_username())
+        return _render([INTERACTION], detail, request)
 
     return render
 

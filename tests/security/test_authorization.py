@@ -1,7 +1,8 @@
 """The one authorization matrix: each persona x each page and action, on pages, forms and htmx
 endpoints; each API endpoint x each scope, and service accounts by their groups; approval rules
 (approver group, four-eyes, quorum) and claims on pages, htmx and the API; the groups behind the
-personas; unknown or swapped ids leak nothing. (Websockets: test_websockets.py.)
+personas; unknown or swapped ids leak nothing. (Websockets, with the approval rules and claims
+as pushed live: test_websockets.py.)
 
 The matrix is written out in full below so that it reads as the policy it enforces.
 """
@@ -340,6 +341,8 @@ def refused(response: Any, interface: str) -> None:
     assert response.status_code == 409, response.content[:300]
     if interface == "api":
         assert error_of(response) == "approval_refused"
+    else:  # the page or fragment that says no offers the refused person no Approve either
+        assert 'name="decision" value="approve"' not in response.content.decode()
 
 
 @pytest.mark.parametrize("interface", INTERFACES)

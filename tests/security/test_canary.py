@@ -1,8 +1,9 @@
-"""Canary secrets of our own: an API token, a webhook signing secret and a Slack webhook URL, made
-as an admin makes them, then used, failed and refused. Each appears in its one-time display and
-nowhere else: not in the database, the admin's pages, the console, the API's answers, the
-delivery logs, the log records (as the configured handlers write them) or the error reports.
-(The model provider's key: test_secrets.py.)
+"""Canary secrets of our own: an API token, a webhook signing secret, a Slack webhook URL and
+Slack bot tokens, made as an admin makes them, then used, failed and refused. Each appears in its
+one-time display (a token or secret we make) or in the form the admin typed it into (a Slack
+secret), and nowhere else: not in the database (but as ciphertext), the admin's pages, the
+console, the API's answers, the delivery logs, the log records (as the configured handlers write
+them) or the error reports. (The model provider's key: test_secrets.py.)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.views.debug import ExceptionReporter
 
 from agentops.api.models import ApiToken, ServiceAccount
 from agentops.integrations import pump
+from agentops.integrations import secrets as sealing
 from agentops.integrations.admin import NotificationRouteAdmin
 from agentops.integrations.kinds import KINDS
 from agentops.integrations.models import (
@@ -31,6 +33,7 @@ from agentops.integrations.models import (
     WebhookSubscription,
 )
 from tests.api.conftest import Api, make_account
+from tests.fakes.slack_server import CHANNEL, FakeSlack
 from tests.integrations.receiver import Answer, Received, Receiver
 
 SHOWN_ONCE = {
@@ -49,6 +52,13 @@ def receiver() -> Iterator[Receiver]:
     running = Receiver(echo).up()
     yield running
     running.down()
+
+
+@pytest.fixture
+def slack(settings: Any) -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        settings.AGENTOPS_SLACK_API_URL = fake.url
+        yield fake
 
 
 @pytest.fixture
@@ -95,8 +105,43 @@ def logged(records: list[logging.LogRecord]) -> str:
     return "\n".join(lines)
 
 
+def bot_routes(
+    admin_client: Client, slack: FakeSlack, group: Group, pages: dict[str, str]
+) -> tuple[str, str]:
+    """Two Slack bot routes made in the admin, each refused once first (a channel name where
+    its id belongs): one whose token the workspace knows, one Slack refuses (invalid_auth).
+    Their tokens; the admin's answers go into `pages`."""
+    bot, unknown_bot = (f"xoxb-canary-{uuid.uuid4().hex}" for _ in range(2))
+    slack.tokens.add(bot)
+    for name, token in [("slack-bot", bot), ("slack-bot-unknown", unknown_bot)]:
+        form = {"name": name, "kinds": list(KINDS), "group": group.pk, "channel": "slack_bot"}
+        form.update(slack_token=token, enabled="on")
+        refused = admin_client.post(
+            "/admin/integrations/notificationroute/add/", {**form, "slack_channel": "#payments"}
+        )
+        assert refused.status_code == 200  # the form again, with its error
+        pages[f"refused route form {name}"] = refused.content.decode()
+        saved = admin_client.post(
+            "/admin/integrations/notificationroute/add/", {**form, "slack_channel": CHANNEL}
+        )
+        assert saved.status_code == 302, saved.content[:500]
+        pages[f"route created {name}"] = saved.content.decode()
+    sealed = NotificationRoute.objects.filter(channel="slack_bot").exclude(slack_token_sealed="")
+    assert sealed.count() == 2  # kept, as ciphertext (the search of the database reads it)
+    return bot, unknown_bot
+
+
+def slack_answered(slack: FakeSlack, bot: str, unknown_bot: str) -> None:
+    """The bot posted with its token; the other's token was refused, and its route flagged."""
+    assert slack.posted[CHANNEL]
+    sent_with = {request.headers["Authorization"] for request in slack.requests}
+    assert sent_with == {f"Bearer {bot}", f"Bearer {unknown_bot}"}
+    flagged = NotificationRoute.objects.get(name="slack-bot-unknown")
+    assert flagged.disabled_reason == "Slack refused the route: invalid_auth"
+
+
 def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917 - fixtures
-    admin_client, users, world, receiver, settings, caplog
+    admin_client, users, world, receiver, slack, settings, caplog
 ):
     caplog.set_level(logging.DEBUG)
     settings.AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
@@ -119,11 +164,11 @@ def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917
     )
     secret = shown_once(created, "secret")
     # Slack routes whose URLs carry the secret: one to the failing receiver, one refused.
-    slack = f"canary{uuid.uuid4().hex}"
+    slack_secret = f"canary{uuid.uuid4().hex}"
     group = Group.objects.get(name="operators")
     for name, url in [
-        ("slack", f"http://127.0.0.1:{receiver.port}/services/T0/B0/{slack}"),
-        ("slack-ftp", f"ftp://hooks.example.test/services/T0/B0/{slack}"),
+        ("slack", f"http://127.0.0.1:{receiver.port}/services/T0/B0/{slack_secret}"),
+        ("slack-ftp", f"ftp://hooks.example.test/services/T0/B0/{slack_secret}"),
     ]:
         form = {"name": name, "kinds": list(KINDS), "group": group.pk, "channel": "slack"}
         refused = admin_client.post("/admin/integrations/notificationroute/add/", {
@@ -135,7 +180,14 @@ def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917
             {**form, "enabled": "on", "slack_url": url},
         )
         assert saved.status_code == 302, saved.content[:500]
-    canaries = {"API token": token, "webhook secret": secret, "Slack URL secret": slack}
+    bot, unknown_bot = bot_routes(admin_client, slack, group, pages)
+    canaries = {
+        "API token": token,
+        "webhook secret": secret,
+        "Slack URL secret": slack_secret,
+        "Slack bot token": bot,
+        "refused Slack bot token": unknown_bot,
+    }
 
     # Work for them: runs that notify, deliveries that fail, the token used right and wrong.
     for state in ("waiting", "blocked", "failed", "question"):
@@ -144,6 +196,7 @@ def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917
     assert WebhookDelivery.objects.exclude(last_status_code=None).exists()
     assert receiver.received  # the webhook and Slack posts really went out (and failed)
     assert Notification.objects.filter(last_response__startswith="refused").exists()
+    slack_answered(slack, bot, unknown_bot)
     api = Api(token)
     run = world.run("waiting")
     for name, response in {
@@ -182,6 +235,7 @@ def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917
 
     stored, logs = everything_stored(), logged(caplog.records)
     assert logs  # the deliveries' failures were logged: the search below had something to read
+    assert "Slack answered invalid_auth" in logs  # and the flagged bot route's
     for what, canary in canaries.items():
         assert canary not in stored, what
         assert canary not in logs, what
@@ -189,7 +243,7 @@ def test_the_canaries_appear_once_at_creation_and_nowhere_else(  # noqa: PLR0917
             assert canary not in html, (what, page)
 
 
-def test_the_token_and_the_secret_are_stored_only_as_digest_and_ciphertext(admin_client):
+def test_the_tokens_and_the_secret_are_stored_only_as_digest_and_ciphertext(admin_client):
     account = make_account("ci")
     token = shown_once(
         admin_client.post(
@@ -204,6 +258,19 @@ def test_the_token_and_the_secret_are_stored_only_as_digest_and_ciphertext(admin
         ),
         "secret",
     )
+    bot = f"xoxb-canary-{uuid.uuid4().hex}"
+    saved = admin_client.post(
+        "/admin/integrations/notificationroute/add/",
+        {
+            "name": "payments",
+            "kinds": list(KINDS),
+            "group": Group.objects.get(name="operators").pk,
+            "channel": "slack_bot",
+            "slack_token": bot,
+            "slack_channel": CHANNEL,
+        },
+    )
+    assert saved.status_code == 302, saved.content[:500]
     stored_token = ApiToken.objects.get()
     assert stored_token.digest != token and len(stored_token.digest) == 64
     assert token.startswith(stored_token.shown) and len(stored_token.shown) < len(token) // 2
@@ -211,13 +278,19 @@ def test_the_token_and_the_secret_are_stored_only_as_digest_and_ciphertext(admin
     assert secret not in str(WebhookSubscription.objects.values().get())
     assert subscription.secret_hint and secret.endswith(subscription.secret_hint.lstrip("…"))
     assert len(subscription.secret_hint) < len(secret) // 4
-    # Neither change page offers a way to read them again.
+    route = NotificationRoute.objects.get()
+    assert bot not in str(NotificationRoute.objects.values().get())
+    assert sealing.unseal(route.slack_token_sealed) == bot  # its ciphertext, for the sender
+    assert bot.endswith(route.slack_token_hint.lstrip("…"))
+    assert len(route.slack_token_hint) < len(bot) // 4
+    # No change page offers a way to read them again.
     for url in (
         f"/admin/api/apitoken/{stored_token.pk}/change/",
         f"/admin/integrations/webhooksubscription/{subscription.pk}/change/",
+        f"/admin/integrations/notificationroute/{route.pk}/change/",
     ):
         page = admin_client.get(url).content.decode()
-        assert token not in page and secret not in page
+        assert token not in page and secret not in page and bot not in page
         assert 'id="api-token"' not in page and 'id="secret"' not in page
 
 
@@ -229,11 +302,13 @@ def crash(*args: Any, **kwargs: Any) -> Any:
 def test_a_crash_after_a_secret_was_posted_does_not_report_it(  # noqa: PLR0917 - fixtures
     admin_client, users, world, monkeypatch, settings, caplog, debug
 ):
-    """The password typed for a high-risk approval, and a Slack URL typed in the admin, reach a
-    view that fails: the 500 page (DEBUG's technical one too) and the logged error mask them."""
+    """The password typed for a high-risk approval, and a Slack URL and bot token typed in the
+    admin, reach a view that fails: the 500 page (DEBUG's technical one too) and the logged error
+    mask them."""
     caplog.set_level(logging.DEBUG)
     settings.DEBUG = debug
     password, slack = f"pw-canary-{uuid.uuid4().hex}", f"canary{uuid.uuid4().hex}"
+    bot = f"xoxb-canary-{uuid.uuid4().hex}"
     olga = User.objects.create(username="olga")
     olga.set_password(password)
     olga.save()
@@ -257,6 +332,8 @@ def test_a_crash_after_a_secret_was_posted_does_not_report_it(  # noqa: PLR0917 
                 "group": Group.objects.get(name="operators").pk,
                 "channel": "slack",
                 "slack_url": f"https://hooks.slack.com/services/T0/B0/{slack}",
+                "slack_token": bot,
+                "slack_channel": CHANNEL,
             },
         ),
     ]
@@ -265,3 +342,4 @@ def test_a_crash_after_a_secret_was_posted_does_not_report_it(  # noqa: PLR0917 
     assert "a bug, after the secret was posted" in reported  # the crash was reported...
     assert password not in reported  # ...without what was posted
     assert slack not in reported
+    assert bot not in reported

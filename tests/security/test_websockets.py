@@ -1,22 +1,33 @@
 """Websockets: anonymous, foreign-origin, unauthorized and expired subscriptions are refused;
-hostile frames neither crash the socket nor change anything."""
+an API token opens no socket; hostile frames neither crash the socket nor change anything; and
+the authorization matrix's approval rules and claims, live: a push offers each subscriber the
+controls their page offers them, which are the ones the rule lets them use."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import Group, User
 from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
 from agentops.asgi import application
+from runtime import claim, respond
+from runtime.models import ApprovalRule, Interaction
+from tests.api.conftest import Api, make_account, make_token
+from tests.console.conftest import World, without_csrf
+from tests.console.test_live import acting, empty_channel_layer, fragments
 from tests.security.conftest import PERSONAS, everything
+from tests.support.personas import logged_in
 
 OURS = (b"origin", b"http://testserver")
 
@@ -36,11 +47,16 @@ def headers(client: Client | None, origin: tuple[bytes, bytes] | None = OURS) ->
     return found
 
 
-def opens(path: str, client: Client | None, origin: tuple[bytes, bytes] | None = OURS) -> bool:
-    """Whether the socket is accepted; it is closed again either way."""
+def opens(
+    path: str,
+    client: Client | None,
+    origin: tuple[bytes, bytes] | None = OURS,
+    extra: tuple[tuple[bytes, bytes], ...] = (),
+) -> bool:
+    """Whether the socket is accepted (`extra`: more headers); it is closed again either way."""
 
     async def scenario() -> bool:
-        ws = WebsocketCommunicator(application, path, headers(client, origin))
+        ws = WebsocketCommunicator(application, path, [*headers(client, origin), *extra])
         try:
             connected, _ = await ws.connect(timeout=3)
         except ValueError as exc:  # Channels' router: no route, the connection is dropped
@@ -101,6 +117,25 @@ def test_an_expired_session_cannot_subscribe(personas, scene):
     assert opens(path, client) is True
     Session.objects.update(expire_date=timezone.now() - dt.timedelta(seconds=1))
     assert opens(path, client) is False
+
+
+# Where a client might put an API token to open a socket: (query string, headers).
+TOKEN_PLACES = {
+    "authorization header": lambda token: ("", ((b"authorization", f"Bearer {token}".encode()),)),
+    "query string": lambda token: (f"token={token}&access_token={token}", ()),
+    "session cookie": lambda token: ("", ((b"cookie", f"sessionid={token}".encode()),)),
+}
+
+
+@pytest.mark.parametrize("place", TOKEN_PLACES)
+def test_an_api_token_opens_no_socket_wherever_it_is_put(scene, place):
+    """Tokens are for the API only: a service account never gets a console session."""
+    token = make_token(make_account("ci"))  # an operator's groups, every scope
+    assert Api(token).get("/runs").status_code == 200  # the token itself is good
+    query, extra = TOKEN_PLACES[place](token)
+    for page, path in sockets(scene).items():
+        joined = f"{path}{'&' if '?' in path else '?'}{query}" if query else path
+        assert opens(joined, None, extra=extra) is False, page
 
 
 # Frames Python's JSON decoder refuses: the known gap below.
@@ -167,3 +202,123 @@ def test_hostile_json_frames_change_nothing_and_leak_nothing(personas, scene, fr
     assert "live-cursor" in received[-1]
     # An inbox socket renders the inbox only: no other page's fragments, whatever was asked.
     assert all('id="run-header"' not in message for message in received)
+
+
+# --- Approval rules and claims, live ------------------------------------------------------------
+
+# A ruled approval (the approvers group decides, four-eyes, a quorum of two) of a run that
+# alice, an approver, started: what each subscriber may decide under the rule. (The outsider
+# cannot subscribe at all: above.)
+MAY_DECIDE: dict[str, set[str]] = {
+    "approver": {"approve", "reject"},
+    "requester": {"reject"},  # alice: four-eyes keeps her from approving her own run's call
+    "operator": set(),  # answers approvals in general, but is not in the rule's group
+    "reconciler": set(),
+    "viewer": set(),
+    "agent_admin": set(),
+}
+# Who holds the permission to answer, and so may say "I am on it" (a claim is not a decision).
+ANSWERS = {"approver", "requester", "operator"}
+DECISIONS = {"approve", "reject", "edit"}
+CLAIMS = {"claim", "release"}
+
+
+def controls(html: str) -> set[str]:
+    """The actions `html` offers: each form's verb, and a decision form's buttons by value."""
+    verbs = set(re.findall(r'\saction="[^"]*/(\w+)/(?:\?[^"]*)?"', html)) - {"respond"}
+    return verbs | set(re.findall(r'name="decision" value="(\w+)"', html))
+
+
+@pytest.fixture
+def ruled(world: World) -> Interaction:
+    """A pending approval under the rule of MAY_DECIDE; bob, an approver, is the other person."""
+    approvers = Group.objects.get(name="approvers")
+    for name in ("alice", "bob"):  # World submits every run as alice
+        User.objects.create(username=name).groups.add(approvers)
+    ApprovalRule.objects.create(
+        name="two approvers",
+        agent="approvals",
+        tool="refund",
+        approver_group=approvers,
+        quorum=2,
+        four_eyes=True,
+    )
+    return world.pending(world.run("waiting"))
+
+
+Action = Callable[[], Any]
+
+
+@pytest.fixture
+def committed(
+    settings: Any, django_capture_on_commit_callbacks: Any
+) -> Callable[[Action], Callable[[], Awaitable[Any]]]:
+    """committed(action) -> `action` to await, as a commit runs it: its events pushed through
+    the real hook, from an empty channel layer."""
+    settings.AGENTOPS_PUBLISH = "agentops.live.publish"
+    empty_channel_layer()
+    return lambda action: acting(django_capture_on_commit_callbacks, action)
+
+
+def subscriber(personas: Any, persona: str) -> Client:
+    if persona == "requester":
+        return logged_in(User.objects.get(username="alice"))
+    client: Client = personas(persona)
+    return client
+
+
+@pytest.mark.parametrize("page", ["interaction", "run"])
+@pytest.mark.parametrize("persona", MAY_DECIDE)
+def test_a_push_offers_a_subscriber_only_the_decisions_the_rule_lets_them_make(
+    personas, ruled, committed, persona, page
+):
+    client = subscriber(personas, persona)
+    url = f"/interactions/{ruled.pk}/" if page == "interaction" else f"/runs/{ruled.run_id}/"
+    client.get(url)  # the page the socket belongs to (and its CSRF cookie)
+
+    async def scenario() -> str:
+        ws = WebsocketCommunicator(application, f"/ws{url}", headers(client))
+        assert (await ws.connect(timeout=3))[0]
+        # One approval of two: the call stays pending, its page is pushed again.
+        await committed(lambda: respond(ruled.pk, {"approved": True}, actor="bob"))()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(async_to_sync(scenario)())
+    fresh = without_csrf(client.get(url).content.decode())
+    for dom_id, html in pushed.items():
+        if dom_id != "live-cursor":
+            assert without_csrf(html) in fresh, dom_id
+    expected = MAY_DECIDE[persona] if page == "interaction" else set()  # a run page links to it
+    assert controls("".join(pushed.values())) & DECISIONS == expected
+    assert controls(fresh) & DECISIONS == expected
+
+
+@pytest.mark.parametrize("persona", MAY_DECIDE)
+def test_a_claim_is_pushed_as_the_claimers_with_no_claim_control_for_anyone_else(
+    personas, ruled, committed, persona
+):
+    client = subscriber(personas, persona)
+    url = f"/interactions/{ruled.pk}/"
+    before = controls(client.get(url).content.decode())
+    assert before & CLAIMS == ({"claim"} if persona in ANSWERS else set())
+
+    async def scenario() -> tuple[str, str]:
+        page = WebsocketCommunicator(application, f"/ws{url}", headers(client))
+        inbox = WebsocketCommunicator(application, "/ws/inbox/", headers(client))
+        for ws in (page, inbox):
+            assert (await ws.connect(timeout=3))[0]
+        await committed(lambda: claim(ruled.pk, actor="bob"))()
+        got = (await page.receive_from(timeout=3), await inbox.receive_from(timeout=3))
+        for ws in (page, inbox):
+            await ws.disconnect()
+        return got
+
+    on_page, in_inbox = async_to_sync(scenario)()
+    pushed = fragments(on_page)[f"interaction-{ruled.pk}"]
+    assert '<strong class="actor">bob</strong> is on it' in pushed
+    assert controls(pushed) & CLAIMS == set()
+    assert controls(pushed) & DECISIONS == MAY_DECIDE[persona]  # a claim decides nothing
+    assert without_csrf(pushed) in without_csrf(client.get(url).content.decode())
+    assert "bob is on it" in fragments(in_inbox)["inbox"]
