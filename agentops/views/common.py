@@ -8,9 +8,11 @@ the runtime's message and a 4xx status, and nothing changed.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -36,6 +38,9 @@ class HtmxRequest(HttpRequest):
 
     htmx: HtmxDetails
 
+
+# The session key of the last password check, in seconds since the epoch.
+REAUTH_KEY = "agentops_reauthenticated_at"
 
 V = TypeVar("V", bound=Callable[..., HttpResponse])
 
@@ -66,6 +71,13 @@ def error_status(exc: AgentOpsError) -> int:
 
 def actor(request: HttpRequest) -> str:
     return request.user.get_username()
+
+
+def reauth_fresh(request: HttpRequest) -> bool:
+    """Whether this session entered the password within AGENTOPS_REAUTH_SECONDS."""
+    session = getattr(request, "session", None)
+    at = session.get(REAUTH_KEY) if session is not None else None
+    return isinstance(at, float) and time.time() - at < float(settings.AGENTOPS_REAUTH_SECONDS)
 
 
 def live(path: str) -> dict[str, Any]:

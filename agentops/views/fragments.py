@@ -10,8 +10,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse
@@ -20,6 +22,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from agentops import live, selectors
+from agentops.views.common import reauth_fresh
 from agentops.views.surgery import surgery_context
 from runtime.models import Event, Interaction, Run
 
@@ -120,6 +123,9 @@ def _interaction(interaction_id: uuid.UUID) -> Renderer:
         if interaction is None or STATUS not in changes:
             return []
         detail = selectors.interaction_detail(interaction, request.user.get_username())
+        # Read from the session now, not when the socket opened: the password may have been
+        # entered since, and then the push must not ask for it again.
+        detail["reauth_fresh"] = detail["work"]["reauth_required"] and reauth_fresh(request)
         return _render([INTERACTION], detail, request)
 
     return render
@@ -159,12 +165,15 @@ def live_page(
 
 
 def socket_request(user: AbstractBaseUser | AnonymousUser, cookies: dict[str, str]) -> HttpRequest:
-    """A request to render fragments for a websocket's user, with the CSRF secret of the
-    browser's cookie, so that the forms in pushed fragments post like the page's own."""
+    """A request to render fragments for a websocket's user, with the browser's session and the
+    CSRF secret of its cookie, so that pushed fragments show and post like the page's own."""
     request = HttpRequest()
     request.method = "GET"
     # Typed as the project's user model; a websocket scope's user is the abstract base.
     request.user = user  # type: ignore[assignment]
     request.COOKIES = dict(cookies)
+    # The browser's session as it is stored now (read when first used), like a page request's.
+    engine = import_module(settings.SESSION_ENGINE)
+    request.session = engine.SessionStore(cookies.get(settings.SESSION_COOKIE_NAME))
     CsrfViewMiddleware(lambda _: HttpResponse()).process_request(request)
     return request

@@ -20,10 +20,11 @@ from agentops.views.common import (
     actor,
     error_status,
     page,
+    reauth_fresh,
     reply,
 )
 from agentops.views.fragments import INTERACTION
-from agentops.views.work import context, reauth_fresh, reauthenticate
+from agentops.views.work import context, reauthenticate
 from runtime import control, policy
 from runtime.errors import AgentOpsError
 from runtime.models import Interaction, InteractionKind, InteractionStatus

@@ -7,7 +7,6 @@ import time
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import authenticate
 from django.http import HttpRequest, HttpResponse
@@ -17,22 +16,22 @@ from django.views.decorators.debug import sensitive_variables
 from agentops import selectors
 from agentops import work as queue
 from agentops.decisions import code_tool
-from agentops.views.common import RESPOND, action, actor, error_status, live, reply
+from agentops.views.common import (
+    REAUTH_KEY,
+    RESPOND,
+    action,
+    actor,
+    error_status,
+    live,
+    reauth_fresh,
+    reply,
+)
 from agentops.views.fragments import INTERACTION
 from runtime import work
 from runtime.errors import AgentOpsError
 from runtime.models import Interaction, Permission
 
 EDIT = Permission.EDIT_ARGUMENTS
-# The session key of the last password check, in seconds since the epoch.
-REAUTH_KEY = "agentops_reauthenticated_at"
-
-
-def reauth_fresh(request: HttpRequest) -> bool:
-    """Whether this session entered the password within AGENTOPS_REAUTH_SECONDS."""
-    session = getattr(request, "session", None)
-    at = session.get(REAUTH_KEY) if session is not None else None
-    return isinstance(at, float) and time.time() - at < float(settings.AGENTOPS_REAUTH_SECONDS)
 
 
 @sensitive_variables("password")

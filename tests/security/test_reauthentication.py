@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 
 from agentops.api.cli import main
-from agentops.views.work import REAUTH_KEY
+from agentops.views.common import REAUTH_KEY
 from runtime.models import ApprovalRule, Event, EventKind, InteractionStatus
 from tests.api.conftest import Api, error_of, keep_connections, make_account, make_token
 from tests.console.test_decisions import desk, refund_waiting  # noqa: F401 - the fixture

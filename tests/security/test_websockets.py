@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentops.asgi import application
+from agentops.views.common import REAUTH_KEY
 from runtime import claim, respond
 from runtime.models import ApprovalRule, Interaction
 from tests.api.conftest import Api, make_account, make_token
@@ -322,3 +324,45 @@ def test_a_claim_is_pushed_as_the_claimers_with_no_claim_control_for_anyone_else
     assert controls(pushed) & DECISIONS == MAY_DECIDE[persona]  # a claim decides nothing
     assert without_csrf(pushed) in without_csrf(client.get(url).content.decode())
     assert "bob is on it" in fragments(in_inbox)["inbox"]
+
+
+@pytest.fixture
+def risky(world: World) -> Interaction:
+    """A pending approval that a high-risk rule of two approvers guards."""
+    approvers = Group.objects.get(name="approvers")
+    User.objects.create(username="bob").groups.add(approvers)
+    ApprovalRule.objects.create(
+        name="risky refunds",
+        agent="approvals",
+        tool="refund",
+        approver_group=approvers,
+        quorum=2,
+        high_risk=True,
+    )
+    return world.pending(world.run("waiting"))
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["password-entered", "no-password"])
+def test_a_push_asks_for_the_password_only_when_the_page_would(personas, risky, committed, fresh):
+    client = personas("approver")
+    url = f"/interactions/{risky.pk}/"
+    client.get(url)
+    if fresh:
+        # Entered after the socket would have opened: the push reads the session as it is now.
+        session = client.session
+        session[REAUTH_KEY] = time.time()
+        session.save()
+
+    async def scenario() -> str:
+        ws = WebsocketCommunicator(application, f"/ws{url}", headers(client))
+        assert (await ws.connect(timeout=3))[0]
+        vote = {"approved": True}
+        await committed(lambda: respond(risky.pk, vote, actor="bob", reauthenticated=True))()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(async_to_sync(scenario)())[f"interaction-{risky.pk}"]
+    page = without_csrf(client.get(url).content.decode())
+    assert without_csrf(pushed) in page
+    assert ('name="password"' in pushed) is not fresh
