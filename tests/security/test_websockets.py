@@ -231,11 +231,11 @@ def controls(html: str) -> set[str]:
     return verbs | set(re.findall(r'name="decision" value="(\w+)"', html))
 
 
-@pytest.fixture
-def ruled(world: World) -> Interaction:
-    """A pending approval under the rule of MAY_DECIDE; bob, an approver, is the other person."""
+def pending_under_rule(world: World, **rule: Any) -> Interaction:
+    """A pending refund approval under a rule of two approvers (`rule`: its other settings);
+    alice (World submits every run as her) and bob are approvers."""
     approvers = Group.objects.get(name="approvers")
-    for name in ("alice", "bob"):  # World submits every run as alice
+    for name in ("alice", "bob"):
         User.objects.create(username=name).groups.add(approvers)
     ApprovalRule.objects.create(
         name="two approvers",
@@ -243,9 +243,15 @@ def ruled(world: World) -> Interaction:
         tool="refund",
         approver_group=approvers,
         quorum=2,
-        four_eyes=True,
+        **rule,
     )
     return world.pending(world.run("waiting"))
+
+
+@pytest.fixture
+def ruled(world: World) -> Interaction:
+    """A pending approval under the rule of MAY_DECIDE; bob, an approver, is the other person."""
+    return pending_under_rule(world, four_eyes=True)
 
 
 Action = Callable[[], Any]
@@ -328,18 +334,8 @@ def test_a_claim_is_pushed_as_the_claimers_with_no_claim_control_for_anyone_else
 
 @pytest.fixture
 def risky(world: World) -> Interaction:
-    """A pending approval that a high-risk rule of two approvers guards."""
-    approvers = Group.objects.get(name="approvers")
-    User.objects.create(username="bob").groups.add(approvers)
-    ApprovalRule.objects.create(
-        name="risky refunds",
-        agent="approvals",
-        tool="refund",
-        approver_group=approvers,
-        quorum=2,
-        high_risk=True,
-    )
-    return world.pending(world.run("waiting"))
+    """A pending approval that a high-risk rule guards."""
+    return pending_under_rule(world, high_risk=True)
 
 
 @pytest.mark.parametrize("fresh", [True, False], ids=["password-entered", "no-password"])
