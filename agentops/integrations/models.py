@@ -154,8 +154,9 @@ class NotificationRoute(models.Model):
         max_length=30, blank=True, help_text="The channel id a bot token posts to (C0123ABCD)."
     )
     enabled = models.BooleanField(default=True)
-    # Set when Slack refused the route itself (a revoked token, a channel the bot is not in) and
-    # the route was turned off; cleared when it is enabled again.
+    # Set when Slack refused the route itself (a revoked token, a removed webhook, a channel the
+    # bot is not in or that was archived) and the route was turned off; cleared when it is
+    # enabled again.
     failing_since = models.DateTimeField(null=True, blank=True)
     disabled_reason = models.TextField(blank=True)
 

@@ -297,9 +297,13 @@ def send(held: outbox.Claim) -> str | None:
     route = NotificationRoute.objects.get(pk=notification.route_id)
     try:
         if route.channel == Channel.SLACK_BOT:
-            attempt = _post_as_bot(route, message)
+            token = secrets.unseal(route.slack_token_sealed)
+            attempt = _slack_attempt(
+                slack.post_message(token, route.slack_channel, slack_blocks(message))
+            )
         elif route.channel == Channel.SLACK:
-            attempt = _post_to_incoming_webhook(route, message)
+            url = secrets.unseal(route.slack_url_sealed)
+            attempt = _slack_attempt(slack.post_to_webhook(url, slack_blocks(message)))
         else:
             subject, body = email_text(message)
             send_mail(subject, body, None, [notification.recipient])
@@ -332,29 +336,12 @@ class _Attempt:
     text: str = ""
     status_code: int | None = None
     retry_after: float | None = None
-    # Slack refused the route itself (its token or channel): turn it off and flag it.
+    # Slack refused the route itself (its token, webhook URL or channel): turn it off, flag it.
     route_refused: bool = False
 
 
-def _post_to_incoming_webhook(route: NotificationRoute, message: dict[str, Any]) -> _Attempt:
-    reply = outbound.post(
-        secrets.unseal(route.slack_url_sealed), json.dumps(slack_blocks(message)).encode(), {}
-    )
-    return _Attempt(
-        delivered=reply.status == 200,
-        # Slack answers 200 "ok"; 4xx other than 429 (invalid_payload, channel_not_found,
-        # no_service, …) will not heal by trying again.
-        give_up=400 <= reply.status < 500 and reply.status != 429,
-        text=reply.body,
-        status_code=reply.status,
-        retry_after=reply.retry_after,
-    )
-
-
-def _post_as_bot(route: NotificationRoute, message: dict[str, Any]) -> _Attempt:
-    posted = slack.post_message(
-        secrets.unseal(route.slack_token_sealed), route.slack_channel, slack_blocks(message)
-    )
+def _slack_attempt(posted: slack.Posted) -> _Attempt:
+    """One rule for both kinds of Slack route (slack.py sorts the errors)."""
     return _Attempt(
         delivered=posted.ok,
         # A refused route keeps its message pending: it goes out when the route is fixed.

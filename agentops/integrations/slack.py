@@ -1,18 +1,25 @@
-"""Slack's Web API for routes with a bot token: chat.postMessage to a channel id.
+"""Slack's two ways in: an incoming webhook, and the Web API's chat.postMessage with a bot token.
 
 What Slack documents for chat.postMessage: a POST with `Authorization: Bearer xoxb-…` and a JSON
 body (`channel`, `text`, `blocks`); the answer is HTTP 200 with `{"ok": true, "channel", "ts",
 "message"}` or `{"ok": false, "error": "<code>"}`; a rate-limited call is HTTP 429 with a
-`Retry-After` header in seconds (and the error `ratelimited`). An incoming webhook, by
-contrast, answers plain text (`ok`, or the error as the body).
+`Retry-After` header in seconds (and the error `ratelimited`).
 
-The errors fall in three groups, and the sender treats each its own way:
+What Slack documents for an incoming webhook: a POST of the JSON message to the webhook's URL (the
+URL is the credential and names the channel); the answer is plain text, HTTP 200 `ok`, or an
+HTTP 400, 403, 404 or 410 whose body is the error code (`invalid_payload`, `invalid_token`,
+`no_service`, `channel_not_found`, `channel_is_archived`, …), a 429 when rate limited, a 5xx
+(`rollup_error`) when Slack failed.
 
-- the route itself is wrong (the token, or the channel): every message would fail the same way
-  until a person fixes it, so the route is turned off and flagged with Slack's error;
+Both answers become a `Posted`, and the errors fall in three groups, whichever way a route posts:
+
+- the route itself is wrong (the token, the webhook URL, or the channel): every message would
+  fail the same way until a person fixes it, so the route is turned off and flagged with Slack's
+  error;
 - Slack is briefly unable (rate limits, internal errors): retried with the outbox's persisted
   backoff, never before `Retry-After`;
-- anything else is about this message (e.g. `invalid_blocks`, `msg_too_long`): it is given up.
+- anything else is about this message (e.g. `invalid_blocks`, `msg_too_long`, `invalid_payload`,
+  `no_text`): it is given up.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ READ_LIMIT = 64 * 1024
 
 ROUTE_ERRORS = frozenset(
     {
+        # chat.postMessage: the bot token, or the channel id and the bot's place in it.
         "account_inactive",
         "channel_not_found",
         "ekm_access_denied",
@@ -46,6 +54,17 @@ ROUTE_ERRORS = frozenset(
         "team_access_not_granted",
         "token_expired",
         "token_revoked",
+        # An incoming webhook: its URL was removed, disabled or is not one (`no_service`,
+        # `no_service_id`, `invalid_token`), its workspace is gone (`no_team`, `team_disabled`),
+        # or its channel no longer takes its posts (removed, archived, restricted by an admin).
+        "action_prohibited",
+        "channel_is_archived",
+        "invalid_token",
+        "no_service",
+        "no_service_id",
+        "no_team",
+        "posting_to_general_channel_denied",
+        "team_disabled",
     }
 )
 TRANSIENT_ERRORS = frozenset(
@@ -55,6 +74,7 @@ TRANSIENT_ERRORS = frozenset(
         "rate_limited",
         "ratelimited",
         "request_timeout",
+        "rollup_error",
         "service_unavailable",
     }
 )
@@ -62,7 +82,7 @@ TRANSIENT_ERRORS = frozenset(
 
 @dataclass(frozen=True)
 class Posted:
-    """How a chat.postMessage call ended."""
+    """How a post to Slack ended, by a bot token or an incoming webhook."""
 
     status: int
     ok: bool
@@ -107,3 +127,17 @@ def post_message(token: str, channel: str, payload: dict[str, Any]) -> Posted:
         "" if answer["ok"] else str(answer.get("error", "unknown_error")),
         reply.retry_after,
     )
+
+
+def post_to_webhook(url: str, payload: dict[str, Any]) -> Posted:
+    """Post `payload` (text and Block Kit blocks) to the incoming webhook at `url`.
+
+    Raises outbound.DestinationRefused, or OSError/HTTPException when Slack cannot be reached.
+    """
+    reply = outbound.post(url, json.dumps(payload).encode(), {})
+    if reply.status == 200:
+        return Posted(reply.status, True, "", reply.retry_after)
+    # Slack's body is the bare error code; any other body (a proxy's page) stands as the error, to
+    # be read in the admin, and is about this message only unless the status says otherwise.
+    error = reply.body.strip() or f"HTTP {reply.status}"
+    return Posted(reply.status, False, error, reply.retry_after)

@@ -148,11 +148,11 @@ def test_escalation_events_plug_into_the_kinds_table(approvers, approval_run):
     assert mail.outbox[0].subject == "[AgentOps] An approval was escalated: refund"
 
 
-def test_slack_errors_that_cannot_heal_are_given_up(approvers, approval_run):
-    # Slack's documented answer for a removed channel: 404 channel_not_found.
-    slack = Receiver(lambda _: Answer(404, b"channel_not_found")).up()
+def test_a_refusal_slack_does_not_name_is_given_up_and_the_route_stays_on(approvers, approval_run):
+    # Not one of Slack's codes (a proxy's page): about this message, as far as anyone can tell.
+    slack = Receiver(lambda _: Answer(404, b"<html>Not Found</html>")).up()
     try:
-        route(approvers, Channel.SLACK, ["approval_requested"], slack.url)
+        made = route(approvers, Channel.SLACK, ["approval_requested"], slack.url)
         approval_run()
         pump.drain()
     finally:
@@ -160,7 +160,9 @@ def test_slack_errors_that_cannot_heal_are_given_up(approvers, approval_run):
     notification = Notification.objects.get()
     assert notification.status == MessageStatus.FAILED
     assert notification.attempts == 1
-    assert notification.last_response == "channel_not_found"
+    assert notification.last_response == "<html>Not Found</html>"
+    made.refresh_from_db()
+    assert (made.enabled, made.failing_since, made.disabled_reason) == (True, None, "")
 
 
 def test_slack_rate_limit_is_retried(approvers, approval_run):
