@@ -76,3 +76,18 @@ def scrape(client, settings):
 
 def value(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def enable_and_send_what_waited(admin_client: Any, route: Any) -> None:
+    """The admin's "Enable, and send what waited" on a flagged route; the pump then sends, and
+    the route is on and unflagged again."""
+    from agentops.integrations import pump
+
+    response = admin_client.post(
+        "/admin/integrations/notificationroute/",
+        {"action": "enable_and_send", "_selected_action": [route.pk]},
+    )
+    assert response.status_code == 302
+    pump.drain()
+    route.refresh_from_db()
+    assert (route.enabled, route.failing_since, route.disabled_reason) == (True, None, "")

@@ -16,6 +16,7 @@ from agentops.integrations.models import Channel, MessageStatus, Notification, N
 from runtime import clock
 from runtime.models import InteractionStatus
 from tests.fakes.slack_server import BOT_TOKEN, CHANNEL, FakeSlack
+from tests.integrations.conftest import enable_and_send_what_waited
 
 
 @pytest.fixture
@@ -146,14 +147,7 @@ def test_a_route_slack_refuses_is_turned_off_flagged_and_resumes_when_fixed(
     slack.members.add(CHANNEL)
     notifications.set_slack_token(route, BOT_TOKEN)
     route.save()
-    response = admin_client.post(
-        "/admin/integrations/notificationroute/",
-        {"action": "enable_and_send", "_selected_action": [route.pk]},
-    )
-    assert response.status_code == 302
-    pump.drain()
-    route.refresh_from_db()
-    assert (route.enabled, route.failing_since, route.disabled_reason) == (True, None, "")
+    enable_and_send_what_waited(admin_client, route)
     assert len(slack.posted[CHANNEL]) == 2
     assert set(Notification.objects.values_list("status", flat=True)) == {MessageStatus.DELIVERED}
 

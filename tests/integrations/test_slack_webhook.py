@@ -25,6 +25,7 @@ from tests.fakes.slack_server import (
     FakeSlack,
     Hook,
 )
+from tests.integrations.conftest import enable_and_send_what_waited
 
 
 @pytest.fixture
@@ -168,14 +169,7 @@ def test_a_webhook_slack_refuses_is_turned_off_flagged_and_resumes_when_fixed(
     assert [m.to for m in mail.outbox] == [["paula@example.test"]] * 2
 
     repair(slack, route)
-    response = admin_client.post(
-        "/admin/integrations/notificationroute/",
-        {"action": "enable_and_send", "_selected_action": [route.pk]},
-    )
-    assert response.status_code == 302
-    pump.drain()
-    route.refresh_from_db()
-    assert (route.enabled, route.failing_since, route.disabled_reason) == (True, None, "")
+    enable_and_send_what_waited(admin_client, route)
     assert len(slack.posted[CHANNEL]) == 2
     assert set(Notification.objects.values_list("status", flat=True)) == {MessageStatus.DELIVERED}
 
