@@ -209,7 +209,10 @@ class ForkForm(forms.Form):
 class BulkFilterForm(forms.Form):
     """The runs a bulk action applies to: the runs list's filters and a few more."""
 
-    status = forms.MultipleChoiceField(required=False, choices=RunStatus.choices)
+    # Checkboxes: every status in view, each named by its own label.
+    status = forms.MultipleChoiceField(
+        required=False, choices=RunStatus.choices, widget=forms.CheckboxSelectMultiple
+    )
     agent = forms.CharField(required=False, max_length=100)
     version = forms.CharField(required=False, max_length=50)
     created_from = forms.DateTimeField(required=False, label="Created from")
