@@ -439,9 +439,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     the console's pages.
     """
 
-    class Media:
-        css = {"all": ("agentops/admin.css",)}
-
     def __getattr__(self, name: str) -> Any:
         if not name.startswith(SHOWN):
             raise AttributeError(name)

@@ -68,11 +68,17 @@ class ServiceAccountAdmin(admin.ModelAdmin):
     form = ServiceAccountForm
     list_display = ("name", "description", "is_active", "created_at")
     search_fields = ("name", "description")
-    inlines = (TokenInline,)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # The name is the actor recorded in every event the account caused: it never changes.
         return ("name",) if obj else ()
+
+    def get_inlines(
+        self, request: HttpRequest, obj: Any | None
+    ) -> list[type[admin.options.InlineModelAdmin[Any, Any]]]:
+        # Tokens are made on their own page; a table of none (a new account's) is only an empty
+        # box that phones scroll sideways.
+        return [TokenInline] if obj is not None and obj.tokens.exists() else []
 
     @admin.display(boolean=True, description="active")
     def is_active(self, obj: ServiceAccount) -> bool:

@@ -315,3 +315,37 @@ def test_the_admin_pages_we_own_are_accessible(desk, people, stack):
             problems += [f"{name} at {width} px: {v}" for v in violations(page, ada.watch)]
             ada.shot(f"{name}-{width}")
     assert problems == [], "\n".join(problems)
+
+
+# The integrations' and the API's admin pages: lists and the forms that create what they list.
+INTEGRATION_ADMIN_PAGES = {
+    "admin-routes": "/admin/integrations/notificationroute/",
+    "admin-route-add": "/admin/integrations/notificationroute/add/",
+    "admin-subscriptions": "/admin/integrations/webhooksubscription/",
+    "admin-subscription-add": "/admin/integrations/webhooksubscription/add/",
+    "admin-deliveries": "/admin/integrations/webhookdelivery/",
+    "admin-notifications": "/admin/integrations/notification/",
+    "admin-accounts": "/admin/api/serviceaccount/",
+    "admin-account-add": "/admin/api/serviceaccount/add/",
+    "admin-tokens": "/admin/api/apitoken/",
+}
+
+
+def test_the_integration_and_api_admin_pages_are_accessible(desk, people, stack):
+    from django.contrib.auth.hashers import make_password
+
+    from tests.browser.browsing import PASSWORD
+    from tests.support import personas
+
+    personas.with_password(personas.superuser("sam"), make_password(PASSWORD))
+    sam = people(stack, "sam")
+    page = sam.page
+    problems: list[str] = []
+    for width, viewport in (("1440", DESKTOP), ("390", PHONE)):
+        page.set_viewport_size(viewport)
+        for name, path in INTEGRATION_ADMIN_PAGES.items():
+            response = page.goto(path)
+            assert response is not None and response.status == 200, (name, response)
+            problems += [f"{name} at {width} px: {v}" for v in violations(page, sam.watch)]
+            sam.shot(f"{name}-{width}")
+    assert problems == [], "\n".join(problems)
