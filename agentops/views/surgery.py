@@ -76,7 +76,9 @@ def _surgery_reply(
 def pause(request: HtmxHttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     form = PauseForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():  # a reason Django refuses (a NUL character): refused, nothing paused
+        problem = " ".join(str(error) for error in form.errors.get("reason", []))
+        return _surgery_reply(request, run, status=400, action_error=f"Not paused: {problem}")
     try:
         paused = surgery.pause(run.pk, actor=actor(request), reason=form.cleaned_data["reason"])
     except AgentOpsError as exc:

@@ -39,6 +39,27 @@ def test_it_refuses_to_pause_a_finished_run_in_place(world, as_user):
     assert not Event.objects.filter(run=run, kind=EventKind.PAUSED).exists()
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["htmx", "form"])
+def test_it_refuses_a_pause_reason_with_a_null_character_and_changes_nothing(
+    world, as_user, in_place
+):
+    # Found by the fuzzing at 2,000 examples: Django's form refuses the NUL, and the view went on
+    # to read a reason the form never cleaned (a 500).
+    run = world.run("queued")
+    before = list(Event.objects.filter(run=run).values_list("pk", flat=True))
+    response = as_user("operator").post(
+        f"/runs/{run.pk}/pause/", {"reason": "a\x00b"}, **(htmx() if in_place else {})
+    )
+    if in_place:
+        assert response.status_code == 400
+        assert "Not paused: Null characters are not allowed." in response.content.decode()
+    else:
+        assert (response.status_code, response["Location"]) == (302, f"/runs/{run.pk}/")
+    run.refresh_from_db()
+    assert (run.status, run.pause_requested_by) == (RunStatus.QUEUED, "")
+    assert list(Event.objects.filter(run=run).values_list("pk", flat=True)) == before
+
+
 @pytest.mark.parametrize("persona", ["viewer", "approver"])
 def test_only_operators_pause_fork_and_act_in_bulk(world, as_user, persona):
     run = world.run("blocked")
