@@ -50,16 +50,17 @@ test: lint
 		echo "== PostgreSQL not reachable: skipped the PostgreSQL pass (STRICT=1 makes this an error) =="; \
 	fi
 
-# The long versions of the reliability suite (docs/reliability.md), on PostgreSQL and a Redis the
-# soak starts itself: the chaos soak (SOAK_RUNS runs under faults), then races at 1,000 and the
+# The long versions of the reliability suite (docs/reliability.md): the chaos soak (SOAK_RUNS runs
+# under faults) on a PostgreSQL server and a Redis it starts itself and crashes, then, on the
+# PostgreSQL of TEST_DATABASE_URL, races at 1,000 and the
 # fuzzing at 2,000 examples per form, per API operation and per condition test (a form at 2,000
 # examples can outlast the five minutes `make test` allows a test on PostgreSQL: this command
 # allows an hour). `make test` runs the bounded versions.
 SOAK_RUNS ?= 1000
 SOAK_DATABASE ?= test_agentops_soak
 soak: install
-	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
-		AGENTOPS_SOAK=1 AGENTOPS_SOAK_RUNS=$(SOAK_RUNS) \
+	AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 AGENTOPS_SOAK=1 \
+		AGENTOPS_SOAK_RUNS=$(SOAK_RUNS) $(BIN)/python -m tests.reliability.own_postgres \
 		$(BIN)/pytest -m soak tests/reliability $(PYTEST_ARGS)
 	DATABASE_URL="$(TEST_DATABASE_URL)" AGENTOPS_TEST_DATABASE=$(SOAK_DATABASE) AGENTOPS_STRICT=1 \
 		AGENTOPS_SOAK=1 AGENTOPS_FUZZ_EXAMPLES=2000 \

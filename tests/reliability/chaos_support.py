@@ -6,7 +6,10 @@ everything else here is imported lazily, inside the functions the test process c
 A soak (`Soak.run`) keeps a window of refund-desk runs in flight on real `celery worker`
 processes while a seeded scheduler SIGKILLs workers (and starts replacements), pauses them with
 SIGSTOP past their lease (then SIGCONT), terminates their PostgreSQL connections, restarts the
-Redis broker and takes it down for a long outage. Some runs talk to Claude through the real
+Redis broker and takes it down for a long outage; when the whole soak runs on a PostgreSQL server of
+its own (`make soak`: tests/reliability/own_postgres.py), it also crashes that server now and
+then (an immediate stop: every connection of every process is cut, the WAL is replayed on
+start), sometimes leaving it down past the lease. Some runs talk to Claude through the real
 Anthropic adapter, over HTTP to the fake Messages API (tests/fakes), which answers each with one
 of the stop reasons and first fails with one of the API's errors; a poison run's tool kills the
 worker that calls it, every time, until the run is contained as a crash loop.
@@ -143,6 +146,8 @@ def receipt_of(operation_id: str) -> str:
 
 KINDS = ("refund", "charge", "question", "flaky")
 FAULTS = ("kill", "pause", "db_drop", "redis_restart", "redis_outage")
+# Only on a server of the soak's own (OwnPostgres.attached), on a timer of its own.
+POSTGRES_RESTART = "postgres_restart"
 CLAUDE_EVERY = 4  # one run in so many talks to the model server
 # Every stop reason of the Messages API (tool_use is the first answer of every Claude run; the
 # others end its second), and the errors it documents plus a dropped connection, met first
@@ -541,6 +546,7 @@ class Report:
     webhook_requests: int = 0  # requests the receiver got (retries and repeats included)
     webhook_failed: int = 0  # answered 500
     webhook_hung: int = 0  # answered after the delivery timeout
+    postgres_recoveries: int = 0  # starts after a crash, each with WAL replay (server's log)
     settle_seconds: float = 0.0
     elapsed: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -566,7 +572,7 @@ class Report:
             f"(through the HTTP API {self.api_actions}, requests sent again "
             f"{self.api_retries}) | webhook events={self.webhook_events} "
             f"requests={self.webhook_requests} (500s {self.webhook_failed}, hung "
-            f"{self.webhook_hung}) "
+            f"{self.webhook_hung}) postgres crash recoveries={self.postgres_recoveries} "
             f"safe re-runs={self.safe_reruns} settled {self.settle_seconds:.1f}s after the "
             f"faults stopped, {self.elapsed:.0f}s in all | violations={len(self.problems)}"
         )
@@ -598,6 +604,7 @@ class Settings:
     bulk_every: float = 4.0  # seconds between two bulk jobs (pause, then resume)
     poison_every: int = 200  # one poison run in so many (the first early)
     api_share: float = 0.0  # answers and cancels made through the HTTP API (needs an ApiOperator)
+    postgres_restart_every: tuple[float, float] = (50.0, 100.0)  # seconds, on an own server
 
 
 class ApiOperator:
@@ -638,8 +645,13 @@ class Soak:
         *,
         api: ApiOperator | None = None,
         webhooks: Webhooks | None = None,
+        postgres: Any = None,
     ) -> None:
         self.cluster = cluster
+        self.postgres = postgres  # an OwnPostgres the soak runs on, which it may crash
+        # Its restarts draw from a generator of their own, so that a seed's other faults and
+        # runs replay the same with or without them.
+        self.postgres_rng = random.Random(seed)
         self.api = api
         self.webhooks = webhooks
         self.redis = redis_server
@@ -721,6 +733,24 @@ class Soak:
             self.redis.stop()
             self.redis_back_at = time.monotonic() + self.size.redis_outage
         self.report.faults[kind] += 1
+
+    def _restart_postgres(self) -> None:
+        """Crash the server every process runs on, this one's included, and start it again.
+
+        The soak waits meanwhile, so none of its own actions is cut halfway (an API request of
+        a live server's thread may be: the operator sends it again). Half the time the server
+        stays down past the lease, so that the runs held at the crash are taken over.
+        """
+        from django.db import connections
+
+        from tests.reliability.harness import LEASE_SECONDS
+
+        rng = self.postgres_rng
+        long = rng.random() < 0.5
+        down = LEASE_SECONDS + rng.uniform(0.5, 2.0) if long else rng.uniform(0.1, 1.0)
+        self.postgres.restart(down)
+        connections.close_all()  # the crash cut them; the next query opens a new one
+        self.report.faults[POSTGRES_RESTART] += 1
 
     def _victim(self, candidates: list[Any]) -> Any:
         """Mostly a worker in the middle of a run (its pid is in the run's lease owner)."""
@@ -1109,6 +1139,7 @@ class Soak:
             self._start_worker(wait=False)
         self.cluster.wait_ready(*self.workers)
         next_fault = started + self.rng.uniform(*self.size.fault_every)
+        next_restart = started + self.postgres_rng.uniform(*self.size.postgres_restart_every) / 2
         fault_until = started + self.size.min_fault_seconds
         while self.submitted < self.size.runs or time.monotonic() < fault_until:
             close_old_connections()
@@ -1124,6 +1155,10 @@ class Soak:
             if time.monotonic() >= next_fault:
                 self._fault()
                 next_fault = time.monotonic() + self.rng.uniform(*self.size.fault_every)
+            if self.postgres is not None and time.monotonic() >= next_restart:
+                self._restart_postgres()
+                every = self.size.postgres_restart_every
+                next_restart = time.monotonic() + self.postgres_rng.uniform(*every)
             time.sleep(0.1)
         # The faults stop: every paused worker resumes; the broker and the workers are up.
         self._resume_paused(every=True)
@@ -1140,6 +1175,8 @@ class Soak:
         if self.webhooks is not None:
             self.webhooks.wait_delivered(self.run_ids, self.size.settle_timeout)
         self.report.settle_seconds = time.monotonic() - calm
+        if self.postgres is not None:
+            self.report.postgres_recoveries = self.postgres.crash_recoveries()
         self.report.elapsed = time.monotonic() - started
         check(self)
         if self.webhooks is not None:

@@ -5,13 +5,20 @@ The machine's shared PostgreSQL is never touched: `initdb` makes a cluster in a 
 socket in the same folder) and crashes it with an immediate stop: no checkpoint, every backend
 killed, and WAL replay when it starts again. initdb refuses to run as root, so as root the
 binaries run as the `postgres` user, in a folder that user owns.
+
+`python -m tests.reliability.own_postgres COMMAND...` runs a command against a server of its own
+(`make soak` runs its chaos soak so, test process and all, so that the soak can crash the server
+it runs on): DATABASE_URL points at the server, OWN_POSTGRES_ENV names its folder and port for
+`OwnPostgres.attached`, and the server is removed when the command ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +27,8 @@ import psycopg
 
 from tests.support.processes import free_port, wait_until
 
+# Set by the command line below for the command it runs: {"folder": ..., "port": ...}.
+OWN_POSTGRES_ENV = "AGENTOPS_OWN_POSTGRES"
 # What the server logs when it starts after a crash: WAL replay follows.
 CRASH_RECOVERY = "database system was not properly shut down; automatic recovery in progress"
 
@@ -65,13 +74,13 @@ def _has_postgres_user() -> bool:
 class OwnPostgres:
     """One PostgreSQL cluster in a temporary folder, on a free loopback port."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | None = None, port: int | None = None) -> None:
         bindir = postgres_bindir()
         if bindir is None:
             raise RuntimeError(missing())
         self.bindir = bindir
-        self.port = free_port()
-        self.folder = Path(tempfile.mkdtemp(prefix="agentops-pg-"))
+        self.port = port or free_port()
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="agentops-pg-"))
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
         # As root, everything runs as `postgres`, in a folder it owns.
@@ -80,6 +89,15 @@ class OwnPostgres:
             shutil.chown(self.folder, user="postgres", group="postgres")
             self.as_owner = ["runuser", "-u", "postgres", "--"]
         self.restarts = 0
+
+    @classmethod
+    def attached(cls) -> OwnPostgres | None:
+        """The server this process runs on, when the command line below started it."""
+        described = os.environ.get(OWN_POSTGRES_ENV)
+        if not described:
+            return None
+        where = json.loads(described)
+        return cls(Path(where["folder"]), int(where["port"]))
 
     def url(self, database: str) -> str:
         return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
@@ -147,3 +165,29 @@ class OwnPostgres:
                 return True
         except psycopg.OperationalError:
             return False
+
+
+def main(command: list[str]) -> int:
+    """Run `command` on a server of its own, with an empty `agentops` database; its exit code."""
+    if not command:
+        print("usage: python -m tests.reliability.own_postgres COMMAND...", file=sys.stderr)
+        return 2
+    reason = missing()
+    if reason is not None:
+        print(f"cannot start a PostgreSQL server of its own: {reason}", file=sys.stderr)
+        return 1
+    own = OwnPostgres()
+    try:
+        own.initdb()
+        own.start()
+        own.create_database("agentops")
+        env = dict(os.environ, DATABASE_URL=own.url("agentops"))
+        env[OWN_POSTGRES_ENV] = json.dumps({"folder": str(own.folder), "port": own.port})
+        print(f"== PostgreSQL of its own on 127.0.0.1:{own.port} ==", flush=True)
+        return subprocess.run(command, env=env, check=False).returncode
+    finally:
+        own.destroy()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

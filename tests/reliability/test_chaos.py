@@ -5,8 +5,9 @@ forking and running bulk jobs meanwhile; then the invariants (see chaos_support)
 
 `make test` runs the bounded soak with a fresh seed each time; `make soak` runs the long one
 (AGENTOPS_SOAK=1, `soak` marker; AGENTOPS_SOAK_RUNS sets its size), which also makes half the
-answers and cancels through the HTTP API of a live server and has the workers deliver webhooks
-to a receiver that fails and hangs. AGENTOPS_CHAOS_SEED replays
+answers and cancels through the HTTP API of a live server, has the workers deliver webhooks
+to a receiver that fails and hangs and, run on a PostgreSQL server of its own (`make soak` does:
+tests/reliability/own_postgres.py), crashes and restarts that server. AGENTOPS_CHAOS_SEED replays
 a seed's schedule (the process timings differ from run to run, so a seed reproduces the faults
 and the runs, not every interleaving). A seed that failed goes into REGRESSION_SEEDS.
 """
@@ -35,6 +36,7 @@ from tests.reliability.chaos_support import (
     MODEL_KEY,
     MODEL_KEY_ENV,
     MODEL_URL_ENV,
+    POSTGRES_RESTART,
     SECOND_APPROVER,
     STOP_REASONS,
     WEBHOOK_OUTBOX_ENV,
@@ -50,6 +52,7 @@ from tests.reliability.chaos_support import (
 )
 from tests.reliability.conftest import STRICT
 from tests.reliability.harness import Cluster
+from tests.reliability.own_postgres import OwnPostgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -119,7 +122,11 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
     receivers: list[Webhooks] = []
 
     def make(
-        seed: int, size: Settings, api: ApiOperator | None = None, webhooks: bool = False
+        seed: int,
+        size: Settings,
+        api: ApiOperator | None = None,
+        webhooks: bool = False,
+        postgres: OwnPostgres | None = None,
     ) -> Soak:
         approval_rule(size)
         hooks = Webhooks(seed) if webhooks else None
@@ -136,7 +143,7 @@ def chaos(transactional_db: None, tmp_path: Path, settings: Any) -> Iterator[Cal
         outbox = WEBHOOK_OUTBOX_ENV if webhooks else {}
         cluster = ChaosCluster(tmp_path, broker_url=server.url, model_url=model.url, outbox=outbox)
         clusters.append(cluster)
-        return Soak(cluster, server, model, seed, size, api=api, webhooks=hooks)
+        return Soak(cluster, server, model, seed, size, api=api, webhooks=hooks, postgres=postgres)
 
     try:
         yield make
@@ -209,9 +216,18 @@ def test_the_long_soak_keeps_every_invariant(chaos, observe, live_server, settin
     # their audit, not the per-token rate limit (tests/api covers it).
     settings.AGENTOPS_API_RATE_LIMIT = 0
     size = Settings(runs=runs, workers=6, window=24, min_fault_seconds=120.0, api_share=0.5)
-    report = chaos(seed, size, api_operator(live_server.url), webhooks=True).run()
+    # The server every process runs on, when `make soak` started one of its own to crash.
+    postgres = OwnPostgres.attached()
+    if postgres is None and STRICT:
+        pytest.fail("the long soak crashes its PostgreSQL server: run it through `make soak`")
+    soak = chaos(seed, size, api_operator(live_server.url), webhooks=True, postgres=postgres)
+    report = soak.run()
     observe(report.line())
     assert_invariants(report)
+    if postgres is not None:
+        assert report.faults[POSTGRES_RESTART] >= 1
+        # Each start after an immediate stop replayed the WAL.
+        assert report.postgres_recoveries == report.faults[POSTGRES_RESTART]
     assert report.runs == runs + report.forks
     assert report.api_actions
     assert report.webhook_events and report.webhook_failed and report.webhook_hung
