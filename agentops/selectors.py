@@ -40,8 +40,11 @@ from runtime.models import (
 from runtime.transcript import run_messages
 
 PAGE_SIZE = 50
-# The inbox lists at most this many items per queue (the count says how many there are).
-QUEUE_LIMIT = 50
+# The inbox lists at most this many items per queue, the most urgent first (the count says how
+# many there are, and links to the rest). The page's time is its rows' rendering, not its
+# queries (at 1,000,000 runs: 11 of 88 ms with 50 per queue; 25 per queue made 41 % fewer
+# function calls): a screenful per queue is what an operator works through before it changes.
+QUEUE_LIMIT = 25
 # Statuses counted on the inbox: what is in flight or needs a person, and failures. Completed
 # and cancelled runs grow without bound and need nobody; the runs list shows them.
 COUNTED_STATUSES = (
