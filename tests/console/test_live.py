@@ -360,3 +360,18 @@ def test_it_sends_the_events_that_arrive_while_a_push_renders():
     consumer._push = push  # type: ignore[method-assign]
     async_to_sync(consumer._flush)()
     assert pushes == [frozenset({"status"}), frozenset({"progress"})]
+
+
+def test_a_consumer_waits_for_its_next_message_longer_than_the_redis_layers_blocking_pop():
+    """A quiet page's socket stays open: redis-py 8 cut every read at 5 s by default, as long
+    as the pop that waits for the consumer's next message, and the consumer died with it."""
+    layer = get_channel_layer()
+    if not isinstance(layer, RedisChannelLayer):
+        pytest.skip("the in-memory layer waits without Redis (this runs on the Redis pass)")
+
+    async def scenario() -> None:
+        channel = await layer.new_channel()
+        with pytest.raises(asyncio.TimeoutError):  # nothing came: still waiting, no error
+            await asyncio.wait_for(layer.receive(channel), timeout=layer.brpop_timeout + 1)
+
+    in_sync(scenario)
