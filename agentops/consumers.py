@@ -4,7 +4,10 @@ A page opens a socket for what it shows (the inbox, a run, an approval, a reconc
 socket requires a logged-in user allowed to see the console (the origin is checked in
 agentops.asgi). On open, the page sends the last event id it has seen ({"after": N}); the
 consumer answers with the fragments that changed since, which is how a reconnecting page
-catches up from the event log. Bursts of events are coalesced into one render.
+catches up from the event log. An event is rendered at once; the events that arrive while a
+render is in flight are rendered together after it, so a burst costs one render more, not one
+per event. A push may land while the page's own action is in flight: the page then keeps that
+action's region and catches up when it ends (static/agentops/console.js).
 """
 
 from __future__ import annotations
@@ -21,9 +24,6 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from agentops import live
 from agentops.views.common import VIEW
 from agentops.views.fragments import LivePage, change_of, live_page, socket_request
-
-# How long to gather events before rendering: a run's burst of events becomes one push.
-COALESCE_SECONDS = 0.1
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -96,15 +96,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             await self._push(changes)
 
     async def live_event(self, message: dict[str, Any]) -> None:
-        """A committed event from agentops.live.publish: render soon, together with others."""
+        """A committed event from agentops.live.publish: rendered now, or with the others that
+        arrive while a render is in flight."""
         self.pending.add(change_of(str(message.get("kind", ""))))
         if self.flush_task is None or self.flush_task.done():
             self.flush_task = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
-        # Events that arrive while a push renders are sent by the next round of this loop.
+        # No waiting for more: the first event is pushed as soon as it is rendered. Whatever
+        # arrives during a render is gathered in `pending` and sent by the next round, in one.
         while self.pending:
-            await asyncio.sleep(COALESCE_SECONDS)
             changes, self.pending = frozenset(self.pending), set()
             await self._push(changes)
 

@@ -310,9 +310,18 @@ AGENTOPS_EMBEDDED_CONCURRENCY = int(env_float("AGENTOPS_EMBEDDED_CONCURRENCY", 4
 
 # --- Live updates: Channels ---------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
+# A websocket's consumer waits for its next message with a blocking pop of 5 s (channels_redis).
+# redis-py 8 gives every read a 5 s timeout by default, which cut that wait short: the consumer
+# died and its page reconnected after every 5 s of quiet. A read here outlasts the pop.
+CHANNEL_LAYER_READ_TIMEOUT = 15.0
 CHANNEL_LAYERS = {
     "default": (
-        {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT}]
+            },
+        }
         if REDIS_URL
         else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
     )

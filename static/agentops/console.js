@@ -110,27 +110,71 @@
     el.dataset.state = state;
   }
 
-  // A live push carries every region its changes touch; a region this page no longer holds (the
-  // person's own action replaced it a moment before) is dropped here. htmx would otherwise
-  // report the swap without a target as an error; what it swaps is the same either way.
+  // A request htmx has in flight: it marks the element that sent it (the form, or a button
+  // with its own hx-post) with this class until the answer is swapped. (Or the element an
+  // hx-indicator names instead; the console sets none. hx-disabled-elt only disables.)
+  function requestIn(root) {
+    var marked = "." + htmx.config.requestClass;
+    return root.matches(marked) || root.querySelector(marked) !== null;
+  }
+
+  // Pushes that arrive while an action's request is in flight. htmx looks the answer's
+  // out-of-band regions up under the root node of the element that sent the request: had a
+  // push replaced the region holding that element, that root would be the detached region, and
+  // htmx would find none of them (oobErrorNoTarget). So such a push leaves that region alone.
+  // And the answer, rendered before the push, may land after it and put older regions back.
+  // The rule for the page's cursor (#live-cursor: every region reflects every event up to it):
+  // it moves only with a push that arrives while no request is in flight. When the last
+  // request ends, a page that received pushes meanwhile catches up from its unmoved cursor (the
+  // message a reconnect sends): the server sends again every region the events since touched,
+  // rendered after the answer, with a cursor the page keeps. (The unmoved cursor is older than
+  // the answer, which the server rendered after the request began.)
+  var liveSocket = null;
+  var catchUpOwed = false;
+
+  // The cursor the page has reached, for the server: "send what changed after it".
+  function sendCursor(socketWrapper) {
+    var cursor = document.getElementById("live-cursor");
+    var after = cursor ? parseInt(cursor.dataset.event || "0", 10) : 0;
+    socketWrapper.send(JSON.stringify({ after: isNaN(after) ? 0 : after }));
+  }
+
+  // A live push carries every region its changes touch. Dropped here, before htmx swaps: a
+  // region this page no longer holds (htmx would report a swap without a target), and, while a
+  // request is in flight, the region holding it and the push's cursor.
   htmx.defineExtension("live-regions", {
     transformResponse: function (text, xhr) {
       if (xhr) return text; // an action's answer, not a push
+      var acting = requestIn(document.body);
       var holder = document.createElement("template");
       holder.innerHTML = text;
       Array.prototype.slice.call(holder.content.children).forEach(function (region) {
-        if (region.id && !document.getElementById(region.id)) region.remove();
+        if (!region.id) return;
+        var current = document.getElementById(region.id);
+        if (!current || (acting && (region.id === "live-cursor" || requestIn(current)))) {
+          region.remove();
+        }
       });
+      if (acting) catchUpOwed = true;
       return holder.innerHTML;
     },
+  });
+
+  // htmx:afterRequest, not afterSettle: it follows every request, swapped or not (an error, an
+  // abort, a 204), and comes after the answer's swap (the console sets no swap delay). It is
+  // heard here even when the answer replaced the element that sent it (htmx then triggers it on
+  // the closest ancestor still in the page).
+  document.addEventListener("htmx:afterRequest", function () {
+    if (!catchUpOwed || !liveSocket || requestIn(document.body)) return;
+    catchUpOwed = false;
+    sendCursor(liveSocket);
   });
 
   // On every (re)connect, tell the server the last event this page has seen: it sends back
   // the fragments that changed since, so nothing is missed while the socket was down.
   document.addEventListener("htmx:wsOpen", function (event) {
-    var cursor = document.getElementById("live-cursor");
-    var after = cursor ? parseInt(cursor.dataset.event || "0", 10) : 0;
-    event.detail.socketWrapper.send(JSON.stringify({ after: isNaN(after) ? 0 : after }));
+    liveSocket = event.detail.socketWrapper;
+    sendCursor(liveSocket);
     setStatus("live", "open");
   });
   document.addEventListener("htmx:wsClose", function () {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from playwright.sync_api import Route
 
 from runtime import respond
 from runtime.models import Event, EventKind, RunStatus
@@ -80,4 +81,61 @@ def test_a_push_for_a_region_the_page_no_longer_holds_is_dropped_without_an_erro
     # error was reported for it (the fixture checks every page's console when the test ends).
     page.locator("#run-header .badge", has_text="completed").wait_for()
     assert page.locator("#run-operations").count() == 0
+    assert alice.watch.problems() == []
+
+
+# The newest event id of the pushes, read as each arrives (before the page filters it), and
+# when the last one arrived.
+RECORD_PUSHES = """
+window.pushedUpTo = 0;
+document.addEventListener("htmx:wsBeforeMessage", (event) => {
+  const found = /id="live-cursor" data-event="(\\d+)"/.exec(event.detail.message);
+  if (found) window.pushedUpTo = Math.max(window.pushedUpTo, Number(found[1]));
+  window.lastPushAt = performance.now();
+});
+"""
+# Every push of the events up to `upTo` has arrived: one covers it, and none came for a second
+# (events that reach the server while it renders one push are sent in the next).
+PUSHED_AND_QUIET = (
+    "upTo => window.pushedUpTo >= upTo && performance.now() - window.lastPushAt > 1000"
+)
+
+
+def test_an_action_in_flight_keeps_its_region_from_pushes_and_the_page_catches_up_after_it(
+    desk, people, stack
+):
+    run = desk.submit(
+        "Where is my order 1004? Has it shipped yet? (provider outage)", agent="flaky-desk"
+    )
+    desk.wait_status(run, RunStatus.RETRY_WAIT)
+    alice = people(stack, "alice")
+    page = alice.open(f"/runs/{run.pk}/")
+    page.evaluate(RECORD_PUSHES)
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # answered later, by the test
+        held.append(route)
+
+    page.route("**/retry/", hold)
+
+    page.locator("#run-header").get_by_role("button", name="Retry now").click()
+    for _ in range(200):
+        if held:
+            break
+        page.wait_for_timeout(25)
+    assert held, "the retry request never left the page"
+    # The server retries and answers; the run then goes on to completion, and every push of
+    # it reaches the page, while the answer (rendered before all that) is still on its way.
+    answer = held[0].fetch()
+    finished = desk.wait_status(run, RunStatus.COMPLETED)
+    completed = Event.objects.get(run=run, kind=EventKind.COMPLETED).pk
+    page.wait_for_function(PUSHED_AND_QUIET, arg=completed)
+    held[0].fulfill(response=answer)
+
+    # The answer found its regions (no oobErrorNoTarget, checked with the page's console when
+    # the test ends), and what it put back, older than the pushes, was caught up.
+    page.locator("#run-header .badge", has_text="completed").wait_for()
+    page.locator("#run-transcript", has_text=finished.output[:40]).wait_for()
+    cursor = page.locator("#live-cursor").get_attribute("data-event")
+    assert cursor is not None and int(cursor) >= completed
     assert alice.watch.problems() == []
