@@ -255,8 +255,6 @@ class _Turn:
                 i.operation_key: i for i in run.interactions.select_related("work", "receipt")
             }
         self._rules: dict[str, list[ApprovalRule]] | None = None
-        # What every model request of this turn shares (tool schemas and digests): built once.
-        self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -394,7 +392,7 @@ class _Turn:
 
     def _model_call(self, agent: Agent, step: int, messages: list[dict[str, Any]]) -> ModelResponse:
         key = keys.model_key(step)
-        tools, static_input = self._static_request_parts(agent)
+        tools, static_input = request_parts(agent)
         request = ModelRequest(
             model=agent.model,
             system=agent.instructions,
@@ -524,13 +522,6 @@ class _Turn:
             },
             key=op.key,
         )
-
-    def _static_request_parts(self, agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
-        """The tool specs and the step-independent part of the saved input, once per turn:
-        rebuilding the JSON schemas for every step cost more than the step's durable writes."""
-        if self._request_parts is None:
-            self._request_parts = request_parts(agent)
-        return self._request_parts
 
     def _after_model_error(
         self,
@@ -912,8 +903,21 @@ def opening(run: Run, agent: Agent) -> tuple[list[dict[str, Any]], list[dict[str
     return own, messages
 
 
+# Where an agent keeps its request parts, built on first use as its fingerprint is.
+_REQUEST_PARTS = "_request_parts"
+
+
 def request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
-    """The tool specs and the step-independent part of a model request's saved input."""
+    """The tool specs and the step-independent part of a model request's saved input, shared:
+    callers copy what they change. Built once per agent and process: an Agent is frozen, and
+    rebuilding the JSON schemas cost more than a step's durable writes (once per claim, too)."""
+    parts: tuple[list[ToolSpec], dict[str, Any]] | None = agent.__dict__.get(_REQUEST_PARTS)
+    if parts is None:
+        parts = agent.__dict__[_REQUEST_PARTS] = _request_parts(agent)
+    return parts
+
+
+def _request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
     tools = [t.model_spec() for t in agent.tools]
     parts: dict[str, Any] = {
         "model": agent.model,
