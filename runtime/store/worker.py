@@ -239,6 +239,18 @@ def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
     raise LeaseLost(run.pk)
 
 
+_OPERATION_FIELDS = [f.attname for f in Operation._meta.concrete_fields]
+# What a new operation row holds unless its record says otherwise (NEW_OPERATION's values).
+_NEW_OPERATION = {
+    "result": None,
+    "is_error": False,
+    "error": "",
+    "usage": None,
+    "attempts": 1,
+    "outcome_at": None,
+}
+
+
 def _insert_operation(
     run: Run,
     now: dt.datetime,
@@ -271,9 +283,11 @@ def _insert_operation(
             _refused(run, carried, pausable=params["pausable"])
     event_ids, operation_id = written
     _published(run, db, carried, event_ids, [Written(run.pk, event_kind, fields["key"], data, now)])
-    op = Operation(id=operation_id, run=run, attempts=1, intent_at=now, **fields)
-    op._state.adding = False
-    op._state.db = db.alias
+    # Built as a query's row is (positional values, no defaults to resolve): Model.__init__
+    # with keywords cost more than the rest of the record's Python.
+    values = {**_NEW_OPERATION, "id": operation_id, "run_id": run.pk, "intent_at": now, **fields}
+    op = Operation.from_db(db.alias, _OPERATION_FIELDS, [values[f] for f in _OPERATION_FIELDS])
+    Operation.run.field.set_cached_value(op, run)
     return op
 
 
