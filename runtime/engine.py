@@ -437,10 +437,10 @@ class _Turn:
                 )
                 span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
-            dumped = raw.model_dump(mode="json")
-            jsonvalues.check(dumped, what="model output")
-            # What the log will give back on a replay, so both passes send the same (V4).
-            response = ModelResponse.model_validate(jsonvalues.normalized(dumped))
+            # Checked, and as the log will give it back on a replay, so both passes send the
+            # same (V4).
+            dumped = jsonvalues.checked(raw.model_dump(mode="json"), what="model output")
+            response = ModelResponse.model_validate(dumped)
         except LeaseLost:
             raise
         except Exception as exc:  # every error inside the model call is the model's
@@ -682,9 +682,8 @@ class _Turn:
             value = tool.handler(args, context)
             faults.reach("in_handler", self.run, op.key, tool.name)
             result = tool.validate_output(value)
-            jsonvalues.check(result, what=f"result of {tool.name}")
-            # Stored and shown as the log will give it back on a replay (V4).
-            return jsonvalues.normalized(result), False
+            # Checked, and stored and shown as the log will give it back on a replay (V4).
+            return jsonvalues.checked(result, what=f"result of {tool.name}"), False
         except ValidationError as exc:
             return {"error": f"{tool.name} returned output that fails its schema: {exc}"}, True
         except InvalidInput as exc:
