@@ -4,17 +4,19 @@ when it loads."""
 
 from __future__ import annotations
 
-from runtime.models import Event, Operation, Run
+from runtime.models import Event, Interaction, Operation, Run
 
 RUN = Run._meta.db_table
 OPERATION = Operation._meta.db_table
 EVENT = Event._meta.db_table
+INTERACTION = Interaction._meta.db_table
 
 OPERATION_COLUMNS = (
     "run_id, key, kind, name, policy, status, input, input_hash, result, is_error, error, "
     "usage, attempts, intent_at, outcome_at"
 )
 EVENT_COLUMNS = "run_id, kind, actor, operation_key, data, created_at"
+RUN_COLUMNS = ", ".join(f'"{field.column}"' for field in Run._meta.concrete_fields)
 
 # The one place the rule is written: a worker may claim a run that is queued, a running one
 # whose lease expired (its worker died or stalled), or a retry wait whose timer is due.
@@ -41,3 +43,10 @@ INSERT INTO {EVENT} ({EVENT_COLUMNS})
 VALUES (%(run)s, %(event)s, %(actor)s, %(key)s, %(data)s, %(now)s)"""
 
 DUE = f"SELECT id FROM {RUN} WHERE {RUNNABLE} ORDER BY updated_at LIMIT %(limit)s"
+
+# The claimed run as the turn reads it: its row, then whether it has logged any operation and
+# any interaction (a run's first claim has neither, and the turn skips reading them).
+CLAIMED_RUN = f"""SELECT {RUN_COLUMNS},
+    EXISTS (SELECT 1 FROM {OPERATION} WHERE run_id = %(run)s),
+    EXISTS (SELECT 1 FROM {INTERACTION} WHERE run_id = %(run)s)
+FROM {RUN} WHERE id = %(run)s"""

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Exists, Field, OuterRef
+from django.db.models import Field
 
 from runtime import clock, faults
 from runtime.errors import LeaseLost, PauseRequested
@@ -80,7 +80,7 @@ def claim(run_id: Any, owner: str) -> Run | None:
     )
     for event_id, each in zip(ids, written, strict=True):
         published(db, event_id, each)
-    return _claimed_run(run_id)
+    return _claimed_run(db, dialect, params["run"])
 
 
 def _claim_events(
@@ -94,17 +94,15 @@ def _claim_events(
     return written
 
 
-def _claimed_run(run_id: Any) -> Run:
+def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, run_id: Any) -> Run:
     """The claimed run, with whether it has operations and interactions logged: a run's first
-    claim has neither, and the turn then skips reading them (two round trips)."""
-    return (
-        Run.objects.select_related("session")
-        .annotate(
-            has_operations=Exists(Operation.objects.filter(run=OuterRef("pk"))),
-            has_interactions=Exists(Interaction.objects.filter(run=OuterRef("pk"))),
-        )
-        .get(pk=run_id)
-    )
+    claim has neither, and the turn then skips reading them (two round trips). One raw
+    statement: the ORM's query cost more Python than a call's records."""
+    with db.wrap_database_errors, dialect.cursor(db) as cursor:
+        row = dialect.execute(db, cursor, sql.CLAIMED_RUN, {"run": run_id}).fetchone()
+    run = dialect.instance(db, Run, row[:-2])
+    run.__dict__.update(has_operations=bool(row[-2]), has_interactions=bool(row[-1]))
+    return run
 
 
 # --- the fence ---------------------------------------------------------------------------------
