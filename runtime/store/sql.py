@@ -50,3 +50,8 @@ CLAIMED_RUN = f"""SELECT {RUN_COLUMNS},
     EXISTS (SELECT 1 FROM {OPERATION} WHERE run_id = %(run)s),
     EXISTS (SELECT 1 FROM {INTERACTION} WHERE run_id = %(run)s)
 FROM {RUN} WHERE id = %(run)s"""
+
+# A pause asked for while the run was moving, which has stopped since (runtime.store.surgery's
+# settle_pause): what it stopped as, and who asked.
+UNSETTLED_PAUSE = f"""SELECT status, fence, pause_requested_by, pause_reason FROM {RUN}
+WHERE id = %(run)s AND pause_requested_by <> '' AND status NOT IN ('running', 'paused')"""
