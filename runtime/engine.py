@@ -367,10 +367,15 @@ class _Turn:
 
     def _checked_agent(self) -> Agent:
         run = self.run
-        problem = registry.version_problem(run.agent, run.version, run.fingerprint)
-        if problem is not None:
-            self._block(problem.reason, problem.detail())
         agent = registry.code_agent(run.agent, run.version)
+        # The claim read the version's registration: when the code and the registration both
+        # match the run's fingerprint, as nearly always, the check needs no read of its own.
+        registered = getattr(run, "registered_fingerprint", None)
+        if agent is None or not agent.fingerprint == registered == run.fingerprint:
+            problem = registry.version_problem(run.agent, run.version, run.fingerprint)
+            if problem is not None:
+                self._block(problem.reason, problem.detail())
+            agent = registry.code_agent(run.agent, run.version)
         assert agent is not None
         return agent
 
