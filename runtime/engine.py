@@ -254,7 +254,10 @@ class _Turn:
             self.interactions = {
                 i.operation_key: i for i in run.interactions.select_related("work", "receipt")
             }
-        self._rules: dict[str, list[ApprovalRule]] | None = None
+        # Read at the first call that may need them; the claim says whether there are any.
+        self._rules: dict[str, list[ApprovalRule]] | None = (
+            None if getattr(run, "has_rules", True) else {}
+        )
 
     # --- the loop ----------------------------------------------------------------------------
 

@@ -96,17 +96,19 @@ def _claim_events(
 
 def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, run_id: Any) -> Run:
     """The claimed run, with whether it has operations and interactions logged (a run's first
-    claim has neither, and the turn then skips reading them: two round trips), and the
-    fingerprint its version is registered with, for the turn's version check. One raw
-    statement: the ORM's query cost more Python than a call's records."""
+    claim has neither, and the turn then skips reading them: two round trips), the
+    fingerprint its version is registered with, for the turn's version check, and whether its
+    agent has approval rules to read. One raw statement: the ORM's query cost more Python than
+    a call's records."""
     with db.wrap_database_errors, dialect.cursor(db) as cursor:
         row = dialect.execute(db, cursor, sql.CLAIMED_RUN, {"run": run_id}).fetchone()
-    *columns, has_operations, has_interactions, registered_fingerprint = row
+    *columns, has_operations, has_interactions, registered_fingerprint, has_rules = row
     run = dialect.instance(db, Run, columns)
     run.__dict__.update(
         has_operations=bool(has_operations),
         has_interactions=bool(has_interactions),
         registered_fingerprint=registered_fingerprint,
+        has_rules=bool(has_rules),
     )
     return run
 
