@@ -254,9 +254,10 @@ class _Turn:
             self.interactions = {
                 i.operation_key: i for i in run.interactions.select_related("work", "receipt")
             }
-        self._rules: dict[str, list[ApprovalRule]] | None = None
-        # What every model request of this turn shares (tool schemas and digests): built once.
-        self._request_parts: tuple[list[ToolSpec], dict[str, Any]] | None = None
+        # Read at the first call that may need them; the claim says whether there are any.
+        self._rules: dict[str, list[ApprovalRule]] | None = (
+            None if getattr(run, "has_rules", True) else {}
+        )
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -369,10 +370,15 @@ class _Turn:
 
     def _checked_agent(self) -> Agent:
         run = self.run
-        problem = registry.version_problem(run.agent, run.version, run.fingerprint)
-        if problem is not None:
-            self._block(problem.reason, problem.detail())
         agent = registry.code_agent(run.agent, run.version)
+        # The claim read the version's registration: when the code and the registration both
+        # match the run's fingerprint, as nearly always, the check needs no read of its own.
+        registered = getattr(run, "registered_fingerprint", None)
+        if agent is None or not agent.fingerprint == registered == run.fingerprint:
+            problem = registry.version_problem(run.agent, run.version, run.fingerprint)
+            if problem is not None:
+                self._block(problem.reason, problem.detail())
+            agent = registry.code_agent(run.agent, run.version)
         assert agent is not None
         return agent
 
@@ -394,7 +400,7 @@ class _Turn:
 
     def _model_call(self, agent: Agent, step: int, messages: list[dict[str, Any]]) -> ModelResponse:
         key = keys.model_key(step)
-        tools, static_input = self._static_request_parts(agent)
+        tools, static_input = request_parts(agent)
         request = ModelRequest(
             model=agent.model,
             system=agent.instructions,
@@ -439,10 +445,10 @@ class _Turn:
                 )
                 span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
-            dumped = raw.model_dump(mode="json")
-            jsonvalues.check(dumped, what="model output")
-            # What the log will give back on a replay, so both passes send the same (V4).
-            response = ModelResponse.model_validate(jsonvalues.normalized(dumped))
+            # Checked, and as the log will give it back on a replay, so both passes send the
+            # same (V4).
+            dumped = jsonvalues.checked(raw.model_dump(mode="json"), what="model output")
+            response = ModelResponse.model_validate(dumped)
         except LeaseLost:
             raise
         except Exception as exc:  # every error inside the model call is the model's
@@ -524,13 +530,6 @@ class _Turn:
             },
             key=op.key,
         )
-
-    def _static_request_parts(self, agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
-        """The tool specs and the step-independent part of the saved input, once per turn:
-        rebuilding the JSON schemas for every step cost more than the step's durable writes."""
-        if self._request_parts is None:
-            self._request_parts = request_parts(agent)
-        return self._request_parts
 
     def _after_model_error(
         self,
@@ -691,9 +690,8 @@ class _Turn:
             value = tool.handler(args, context)
             faults.reach("in_handler", self.run, op.key, tool.name)
             result = tool.validate_output(value)
-            jsonvalues.check(result, what=f"result of {tool.name}")
-            # Stored and shown as the log will give it back on a replay (V4).
-            return jsonvalues.normalized(result), False
+            # Checked, and stored and shown as the log will give it back on a replay (V4).
+            return jsonvalues.checked(result, what=f"result of {tool.name}"), False
         except ValidationError as exc:
             return {"error": f"{tool.name} returned output that fails its schema: {exc}"}, True
         except InvalidInput as exc:
@@ -912,8 +910,21 @@ def opening(run: Run, agent: Agent) -> tuple[list[dict[str, Any]], list[dict[str
     return own, messages
 
 
+# Where an agent keeps its request parts, built on first use as its fingerprint is.
+_REQUEST_PARTS = "_request_parts"
+
+
 def request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
-    """The tool specs and the step-independent part of a model request's saved input."""
+    """The tool specs and the step-independent part of a model request's saved input, shared:
+    callers copy what they change. Built once per agent and process: an Agent is frozen, and
+    rebuilding the JSON schemas cost more than a step's durable writes (once per claim, too)."""
+    parts: tuple[list[ToolSpec], dict[str, Any]] | None = agent.__dict__.get(_REQUEST_PARTS)
+    if parts is None:
+        parts = agent.__dict__[_REQUEST_PARTS] = _request_parts(agent)
+    return parts
+
+
+def _request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
     tools = [t.model_spec() for t in agent.tools]
     parts: dict[str, Any] = {
         "model": agent.model,

@@ -13,16 +13,21 @@ one IMMEDIATE transaction.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
 
 from runtime.models import Run
+
+M = TypeVar("M", bound=Model)
 
 # The operation updates of the hot path: a re-run's intent, and an outcome.
 OperationUpdate = Literal["reintent", "outcome"]
@@ -133,6 +138,38 @@ class Dialect(ABC):
     def moment(self, db: BaseDatabaseWrapper, value: dt.datetime | None) -> Any:
         return db.ops.adapt_datetimefield_value(value)
 
+    def instance(self, db: BaseDatabaseWrapper, model: type[M], row: Sequence[Any]) -> M:
+        """The `model` a raw row of all its columns stands for, in their order, with its values
+        converted as a query of the ORM converts them (JSON parsed; on SQLite, text to uuids
+        and datetimes): without compiling a query, which costs more than running this one."""
+        values = list(row)
+        for index, (converters, column) in _converters(db, model).items():
+            for convert in converters:
+                values[index] = convert(values[index], column, db)
+        fields = [field.attname for field in model._meta.concrete_fields]
+        return model.from_db(db.alias, fields, values)
+
+
+# A row's converters (each a function of the value, the column and the connection), by column
+# index: what the ORM's compiler builds for every query, built here once per connection.
+Converters = dict[int, tuple[list[Callable[[Any, Any, Any], Any]], Any]]
+_CONVERTERS: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[type[Model], Converters]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _converters(db: BaseDatabaseWrapper, model: type[Model]) -> Converters:
+    by_model = _CONVERTERS.setdefault(db, {})
+    found = by_model.get(model)
+    if found is None:
+        found = by_model[model] = {}
+        for index, field in enumerate(model._meta.concrete_fields):
+            column = field.get_col(model._meta.db_table)
+            converters = db.ops.get_db_converters(column) + column.get_db_converters(db)
+            if converters:
+                found[index] = (converters, column)
+    return found
+
 
 def connection() -> BaseDatabaseWrapper:
     """The default database, connected (and reconnected if its health check failed)."""
@@ -143,11 +180,16 @@ def connection() -> BaseDatabaseWrapper:
 
 
 def dialect_of(db: BaseDatabaseWrapper) -> Dialect:
+    return _dialect(db.vendor)
+
+
+@functools.cache
+def _dialect(vendor: str) -> Dialect:
     from runtime.store import postgres, sqlite
 
-    found = {"postgresql": postgres.DIALECT, "sqlite": sqlite.DIALECT}.get(db.vendor)
+    found = {"postgresql": postgres.DIALECT, "sqlite": sqlite.DIALECT}.get(vendor)
     if found is None:
         raise ImproperlyConfigured(
-            f"the runtime's store supports PostgreSQL and SQLite, not {db.vendor}"
+            f"the runtime's store supports PostgreSQL and SQLite, not {vendor}"
         )
     return found

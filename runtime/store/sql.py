@@ -4,17 +4,21 @@ when it loads."""
 
 from __future__ import annotations
 
-from runtime.models import Event, Operation, Run
+from runtime.models import AgentVersion, ApprovalRule, Event, Interaction, Operation, Run
 
 RUN = Run._meta.db_table
 OPERATION = Operation._meta.db_table
 EVENT = Event._meta.db_table
+INTERACTION = Interaction._meta.db_table
+AGENT_VERSION = AgentVersion._meta.db_table
+APPROVAL_RULE = ApprovalRule._meta.db_table
 
 OPERATION_COLUMNS = (
     "run_id, key, kind, name, policy, status, input, input_hash, result, is_error, error, "
     "usage, attempts, intent_at, outcome_at"
 )
 EVENT_COLUMNS = "run_id, kind, actor, operation_key, data, created_at"
+RUN_COLUMNS = ", ".join(f'"{field.column}"' for field in Run._meta.concrete_fields)
 
 # The one place the rule is written: a worker may claim a run that is queued, a running one
 # whose lease expired (its worker died or stalled), or a retry wait whose timer is due.
@@ -41,3 +45,22 @@ INSERT INTO {EVENT} ({EVENT_COLUMNS})
 VALUES (%(run)s, %(event)s, %(actor)s, %(key)s, %(data)s, %(now)s)"""
 
 DUE = f"SELECT id FROM {RUN} WHERE {RUNNABLE} ORDER BY updated_at LIMIT %(limit)s"
+
+# The claimed run as the turn reads it: its row, then whether it has logged any operation and
+# any interaction (a run's first claim has neither, and the turn skips reading them), the
+# fingerprint its version is registered with (NULL if it is not registered now), and whether
+# its agent has any enabled approval rule (most have none, and the turn skips reading them).
+CLAIMED_RUN = f"""SELECT {RUN_COLUMNS},
+    EXISTS (SELECT 1 FROM {OPERATION} WHERE run_id = %(run)s),
+    EXISTS (SELECT 1 FROM {INTERACTION} WHERE run_id = %(run)s),
+    (SELECT fingerprint FROM {AGENT_VERSION} AS registration
+        WHERE registration.agent = run.agent AND registration.version = run.version
+            AND registration.unregistered_at IS NULL),
+    EXISTS (SELECT 1 FROM {APPROVAL_RULE} AS approval WHERE approval.agent = run.agent
+        AND approval.enabled)
+FROM {RUN} AS run WHERE id = %(run)s"""
+
+# A pause asked for while the run was moving, which has stopped since (runtime.store.surgery's
+# settle_pause): what it stopped as, and who asked.
+UNSETTLED_PAUSE = f"""SELECT status, fence, pause_requested_by, pause_reason FROM {RUN}
+WHERE id = %(run)s AND pause_requested_by <> '' AND status NOT IN ('running', 'paused')"""

@@ -6,6 +6,7 @@ writers are serialized and the fence read cannot go stale before the write.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,8 +27,9 @@ from runtime.store.sql import (
 )
 
 
+@functools.cache
 def named(sql: str) -> str:
-    """sqlite3 takes named parameters as :name, not %(name)s: converted once, when loaded."""
+    """sqlite3 takes named parameters as :name, not %(name)s: converted once per statement."""
     return re.sub(r"%\((\w+)\)s", r":\1", sql)
 
 

@@ -29,6 +29,9 @@ from runtime.models import (
     RunStatus,
     Session,
 )
+from runtime.store import sql
+from runtime.store.dialect import connection as store_connection
+from runtime.store.dialect import dialect_of
 
 # --- pause and resume ---------------------------------------------------------------------------
 
@@ -98,15 +101,15 @@ def enter_pause(run: Run) -> None:
 def settle_pause(run_id: Any) -> None:
     """After a claim: a pause requested while the run was moving takes effect on where it
     stopped (waiting, a retry timer, a block), or is dropped if the run finished."""
-    row = (
-        Run.objects.filter(pk=run_id)
-        .exclude(pause_requested_by="")
-        .exclude(status__in=(RunStatus.RUNNING, RunStatus.PAUSED))
-        .values("status", "fence", "pause_requested_by", "pause_reason")
-        .first()
-    )
-    if row is None:
+    # A raw read, as the worker's others: after every claim, and almost always finding nothing.
+    db = store_connection()
+    dialect = dialect_of(db)
+    with db.wrap_database_errors, dialect.cursor(db) as cursor:
+        params = {"run": dialect.run_id(db, run_id)}
+        found = dialect.execute(db, cursor, sql.UNSETTLED_PAUSE, params).fetchone()
+    if found is None:
         return
+    row = dict(zip(("status", "fence", "pause_requested_by", "pause_reason"), found, strict=True))
     now = clock.now()
     with transaction.atomic():
         guard = Run.objects.filter(

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Exists, Field, OuterRef
+from django.db.models import Field
 
 from runtime import clock, faults
 from runtime.errors import LeaseLost, PauseRequested
@@ -80,7 +80,7 @@ def claim(run_id: Any, owner: str) -> Run | None:
     )
     for event_id, each in zip(ids, written, strict=True):
         published(db, event_id, each)
-    return _claimed_run(run_id)
+    return _claimed_run(db, dialect, params["run"])
 
 
 def _claim_events(
@@ -94,17 +94,23 @@ def _claim_events(
     return written
 
 
-def _claimed_run(run_id: Any) -> Run:
-    """The claimed run, with whether it has operations and interactions logged: a run's first
-    claim has neither, and the turn then skips reading them (two round trips)."""
-    return (
-        Run.objects.select_related("session")
-        .annotate(
-            has_operations=Exists(Operation.objects.filter(run=OuterRef("pk"))),
-            has_interactions=Exists(Interaction.objects.filter(run=OuterRef("pk"))),
-        )
-        .get(pk=run_id)
+def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, run_id: Any) -> Run:
+    """The claimed run, with whether it has operations and interactions logged (a run's first
+    claim has neither, and the turn then skips reading them: two round trips), the
+    fingerprint its version is registered with, for the turn's version check, and whether its
+    agent has approval rules to read. One raw statement: the ORM's query cost more Python than
+    a call's records."""
+    with db.wrap_database_errors, dialect.cursor(db) as cursor:
+        row = dialect.execute(db, cursor, sql.CLAIMED_RUN, {"run": run_id}).fetchone()
+    *columns, has_operations, has_interactions, registered_fingerprint, has_rules = row
+    run = dialect.instance(db, Run, columns)
+    run.__dict__.update(
+        has_operations=bool(has_operations),
+        has_interactions=bool(has_interactions),
+        registered_fingerprint=registered_fingerprint,
+        has_rules=bool(has_rules),
     )
+    return run
 
 
 # --- the fence ---------------------------------------------------------------------------------
@@ -239,6 +245,18 @@ def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
     raise LeaseLost(run.pk)
 
 
+_OPERATION_FIELDS = [f.attname for f in Operation._meta.concrete_fields]
+# What a new operation row holds unless its record says otherwise (NEW_OPERATION's values).
+_NEW_OPERATION = {
+    "result": None,
+    "is_error": False,
+    "error": "",
+    "usage": None,
+    "attempts": 1,
+    "outcome_at": None,
+}
+
+
 def _insert_operation(
     run: Run,
     now: dt.datetime,
@@ -271,9 +289,11 @@ def _insert_operation(
             _refused(run, carried, pausable=params["pausable"])
     event_ids, operation_id = written
     _published(run, db, carried, event_ids, [Written(run.pk, event_kind, fields["key"], data, now)])
-    op = Operation(id=operation_id, run=run, attempts=1, intent_at=now, **fields)
-    op._state.adding = False
-    op._state.db = db.alias
+    # Built as a query's row is (positional values, no defaults to resolve): Model.__init__
+    # with keywords cost more than the rest of the record's Python.
+    values = {**_NEW_OPERATION, "id": operation_id, "run_id": run.pk, "intent_at": now, **fields}
+    op = Operation.from_db(db.alias, _OPERATION_FIELDS, [values[f] for f in _OPERATION_FIELDS])
+    Operation.run.field.set_cached_value(op, run)
     return op
 
 

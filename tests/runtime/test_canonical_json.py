@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from runtime import Agent, ToolContext, submit, tool
 from runtime.agents import digest
-from runtime.jsonvalues import normalized
+from runtime.jsonvalues import checked, normalized
 from runtime.models import Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, reply, text, use
@@ -53,6 +53,13 @@ def test_v4_every_json_value_reads_back_exactly_as_normalized(value, stored_oper
     back = Operation.objects.values_list("result", "input").get(pk=stored_operation.pk)
     assert _exact(back[0]) == _exact(canonical)
     assert digest(back[1]) == digest(canonical)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=documents)
+def test_v4_the_engine_checks_and_normalizes_in_one_walk(value):
+    # What the engine stores of a result or a model's output: as normalized gives it.
+    assert _exact(checked({"value": value})) == _exact(normalized({"value": value}))
 
 
 @pytest.fixture

@@ -205,6 +205,17 @@ def test_a_pause_requested_when_the_run_stops_to_wait_takes_effect_there(define)
     assert run_until_idle(run.pk).status == RunStatus.WAITING
 
 
+def test_a_pause_requested_during_the_last_request_is_dropped_when_the_run_completes(define):
+    agent = define(make_agent(PauseDuringModel([say("done")])))
+    run = run_until_idle(submit(agent.name, "hi", actor="alice").pk)
+    # No intent came after the request that asked: the claim's end settles the pause.
+    assert run.status == RunStatus.COMPLETED
+    assert (run.pause_requested_by, run.pause_reason) == ("", "")
+    dropped = Event.objects.get(run=run, kind=EventKind.PAUSE_DROPPED)
+    assert dropped.data["requested_by"] == "alice"
+    assert dropped.data["reason"] == "bad prompt shipped"
+
+
 def test_a_paused_run_holds_its_session(define):
     agent = define(make_agent([say("hi"), say("again")]))
     run = submit(agent.name, "hi", actor="alice")

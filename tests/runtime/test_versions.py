@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from runtime import RetryRejected, register, retry, submit, unregister
-from runtime.models import Operation, RunStatus
+from runtime import RetryRejected, advance, register, retry, submit, unregister
+from runtime.models import AgentVersion, ApprovalRule, Operation, Run, RunStatus
 from runtime.registry import code_defines
 from runtime.testing import run_until_idle
 from tests.conftest import ARGS, call, make_agent, one_call, say
@@ -52,6 +54,16 @@ def test_it_blocks_without_calling_anything_when_the_code_changed(define, effect
     run = run_until_idle(run.pk)
     assert run.status == RunStatus.COMPLETED
     assert (run.version, effects.total) == ("1", 2)
+
+
+def test_a_claim_reads_the_registration_and_whether_there_are_rules_with_the_run(define):
+    agent = define(make_agent(one_call("get_order")))
+    run = submit(agent.name, "hi", actor="alice")
+    with CaptureQueriesContext(connection) as queries:
+        advance(run.pk)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+    tables = (AgentVersion._meta.db_table, ApprovalRule._meta.db_table)
+    assert not [q["sql"] for q in queries.captured_queries if any(t in q["sql"] for t in tables)]
 
 
 def test_it_blocks_when_the_version_is_not_registered(define, effects):
