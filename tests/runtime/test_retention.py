@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
+from django.db.models import F
 
 from runtime import bulk, cancel, clock, fork, respond, retry, submit
 from runtime.llm.scripted import call, say
@@ -79,24 +80,30 @@ def world(define: Any, effects: Any) -> dict[str, Any]:
 
 
 def _snapshot(run_ids: list[Any]) -> dict[str, list[dict[str, Any]]]:
-    """Every history row of these runs, by run id, as the archive writes them."""
+    """Every history row of these runs, by run id, as the ORM reads it: tables parents first,
+    each in primary key order."""
     rows: dict[str, list[dict[str, Any]]] = {}
     for table in archive.history_tables():
-        for run, row in archive._rows(table, run_ids):
+        lookup = "id__in" if table.model is Run else f"{table.to_run}__in"
+        names = [f.attname for f in table.model._meta.concrete_fields]
+        found = table.model._default_manager.filter(**{lookup: run_ids}).order_by("pk")
+        for row in found.values(*names, _run=F(table.to_run)):
+            run = str(row.pop("_run"))
             rows.setdefault(run, []).append({"model": table.label, "fields": row})
-    return json.loads(json.dumps(rows, cls=DjangoJSONEncoder, sort_keys=True))
+    return rows
 
 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, list[Any]]]:
-    """The header, the manifest line of each run and each run's rows, read back from the file."""
+    """The header, the manifest line of each run and each run's rows, read back from the file,
+    each value through its model field (times, ids) as the ORM would read it."""
     lines = list(archive.read_archive(path))
     manifests = {line["run"]: line for line in lines[1:] if "rows" in line}
     rows: dict[str, list[Any]] = {}
     for line in lines[1:]:
         if "fields" in line:
-            rows.setdefault(line["run"], []).append(
-                {"model": line["model"], "fields": line["fields"]}
-            )
+            fields = {f.attname: f for f in apps.get_model(line["model"])._meta.concrete_fields}
+            values = {name: fields[name].to_python(v) for name, v in line["fields"].items()}
+            rows.setdefault(line["run"], []).append({"model": line["model"], "fields": values})
     return lines[0], manifests, rows
 
 
@@ -113,7 +120,7 @@ def test_the_eligible_runs_move_to_the_file_exactly_as_they_were(world, tmp_path
     assert report.runs == len(old) == 5
     assert report.batches == 3
     header, manifests, rows = _read(report.path)
-    assert (header["format"], header["version"]) == ("agentops-archive", 1)
+    assert (header["format"], header["version"]) == ("agentops-archive", 2)
     assert set(manifests) == {str(pk) for pk in old}
     assert rows == before
     for run_id, manifest in manifests.items():
@@ -129,6 +136,33 @@ def test_the_eligible_runs_move_to_the_file_exactly_as_they_were(world, tmp_path
     assert not Run.objects.filter(pk__in=old).exists()
     assert not Event.objects.filter(run_id__in=old).exists()
     assert _everything() == before_kept
+
+
+def test_times_are_archived_to_the_microsecond(define, tmp_path):
+    define(make_agent(_script))
+    when = OLD + dt.timedelta(microseconds=123_457)
+    with clock.frozen(when):
+        run = _finished("where is my order")
+    before = _snapshot([run.pk])
+    with clock.frozen(NOW):
+        report = archive_runs(AGE, to=tmp_path)
+    _, _, rows = _read(report.path)
+    assert rows == before
+    assert rows[str(run.pk)][0]["fields"]["created_at"] == when
+
+
+@pytest.mark.postgres
+def test_postgresql_writes_the_lines_the_orm_would(world):
+    """The database builds each line itself; what it builds reads as the ORM's encoding of the
+    same row, so an archive says the same whichever database wrote it."""
+    ids = list(Run.objects.values_list("pk", flat=True))
+    for table in archive.history_tables():
+        built = [
+            (run, pk, json.loads(line)) for run, pk, line in archive._database_lines(table, ids)
+        ]
+        encoded = [(run, pk, json.loads(line)) for run, pk, line in archive._orm_lines(table, ids)]
+        assert built == encoded, table.label
+        assert built or table.model not in (Run, Event, Interaction), table.label
 
 
 def test_a_dry_run_counts_the_same_and_writes_nothing(world, tmp_path):
