@@ -10,6 +10,11 @@ and reports rows per second, bytes per row and the batches.
 
 The baseline measured in the same run is the same archive over 1% of the runs: the rate should
 not fall as the data grows (each batch's queries are by primary key and index).
+
+Meanwhile a second process plays a worker and an operator on the same database, in turns: a run
+submitted and advanced to its end (31 durable calls), then the runs list as the console serves
+it. It does so for a while alone, then while the archive at scale works: their times side by
+side say whether the archive gets in their way.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -113,6 +120,100 @@ class Archiving:
         }
 
 
+class Traffic:
+    """A worker and an operator on the benchmark database, in turns, until told to stop."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        user = User.objects.create_superuser("bench", "bench@example.com", "x")
+        self.client = Client()
+        self.client.force_login(user)
+
+    def run(self) -> None:
+        pass
+
+    def check(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def serve(self, seconds: float, stop: str | None = None) -> dict[str, Any]:
+        """Runs and pages in turns for `seconds`, or until the file `stop` exists: their times."""
+        from django.urls import reverse
+
+        from bench import scenario
+        from runtime import advance, submit
+        from runtime.models import Run
+
+        page = reverse("console:runs")
+        runs: list[float] = []
+        pages: list[float] = []
+        errors = 0
+        until = time.monotonic() + seconds
+        while time.monotonic() < until and not (stop and Path(stop).exists()):
+            started = time.perf_counter()
+            run = submit(scenario.bench_agent.name, scenario.MESSAGE, actor="bench")
+            advance(run.pk)
+            runs.append(time.perf_counter() - started)
+            errors += Run.objects.get(pk=run.pk).status != "completed"
+            started = time.perf_counter()
+            errors += self.client.get(page).status_code != 200
+            pages.append(time.perf_counter() - started)
+        return {"runs": _summary(runs), "pages": _summary(pages), "errors": errors}
+
+
+def _summary(seconds: list[float]) -> dict[str, float]:
+    ms = sorted(1000 * s for s in seconds)
+    if not ms:
+        return {"n": 0, "p50": 0.0, "p95": 0.0}
+    return {"n": len(ms), "p50": statistics.median(ms), "p95": ms[int(0.95 * (len(ms) - 1))]}
+
+
+def _call(worker: harness.Worker, method: str, **kwargs: Any) -> Any:
+    return worker.request(cmd="call", method=method, kwargs=kwargs)["result"]
+
+
+def _archive_beside(
+    archiver: harness.Worker, traffic: harness.Worker, batch: int, stop: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The archive, with the traffic process serving beside it until it ends: both results."""
+    during: dict[str, Any] = {}
+    beside = threading.Thread(
+        target=lambda: during.update(_call(traffic, "serve", seconds=86400, stop=str(stop)))
+    )
+    beside.start()
+    try:
+        archived = _call(archiver, "archive", batch=batch)
+    finally:
+        stop.touch()
+        beside.join()
+    return archived, during
+
+
+def _print_traffic(alone: dict[str, Any], during: dict[str, Any]) -> None:
+    print("\nA worker and an operator in turns, alone, then while the archive at scale worked:\n")
+    print(
+        harness.table(
+            ["", "runs", "ms per run p50 / p95", "runs list", "ms p50 / p95", "errors"],
+            [
+                [
+                    when,
+                    t["runs"]["n"],
+                    f"{t['runs']['p50']:.0f} / {t['runs']['p95']:.0f}",
+                    t["pages"]["n"],
+                    f"{t['pages']['p50']:.0f} / {t['pages']['p95']:.0f}",
+                    t["errors"],
+                ]
+                for when, t in (("alone", alone), ("while archiving", during))
+            ],
+            align="lrrrrr",
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.archive", description=__doc__.split("\n")[0]
@@ -120,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20_000)
     parser.add_argument("--events-per-run", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument(
+        "--traffic-seconds", type=float, default=20, help="runs and pages alone, before archiving"
+    )
     parser.add_argument(
         "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
     )
@@ -132,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     small = max(100, args.runs // 100)
     results: dict[str, dict[str, Any]] = {}
+    alone: dict[str, Any] = {}
+    during: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentops-bench-") as tmpdir:
         url = harness.fresh_postgres_database(args.postgres, DATABASE)
         env = harness.worker_env(Path(tmpdir))
@@ -143,16 +249,22 @@ def main(argv: list[str] | None = None) -> int:
             "bench.archive:Archiving",
             options={"events_per_run": args.events_per_run, "directory": tmpdir},
         )
+        traffic_variant = Variant(
+            "traffic", "traffic", "PostgreSQL", "bench.archive:Traffic", options={}
+        )
         try:
-            with harness.workers([variant], env, warmup=0) as (worker,):
-
-                def call(method: str, **kwargs: Any) -> Any:
-                    return worker.request(cmd="call", method=method, kwargs=kwargs)["result"]
-
+            with harness.workers([variant, traffic_variant], env, warmup=0) as workers:
+                archiver, traffic = workers
                 for name, runs in (("baseline", small), ("at scale", args.runs)):
-                    seeded = call("seed", runs=runs)
+                    seeded = _call(archiver, "seed", runs=runs)
                     print(f"  seeded {seeded['rows']} in {seeded['seconds']:.1f} s", flush=True)
-                    results[name] = call("archive", batch=args.batch)
+                    if name == "baseline":
+                        results[name] = _call(archiver, "archive", batch=args.batch)
+                    else:
+                        alone = _call(traffic, "serve", seconds=args.traffic_seconds)
+                        results[name], during = _archive_beside(
+                            archiver, traffic, args.batch, Path(tmpdir) / "stop-traffic"
+                        )
                     results[name]["seeded"] = runs
         finally:
             harness.drop_postgres_database(args.postgres, DATABASE)
@@ -187,15 +299,24 @@ def main(argv: list[str] | None = None) -> int:
     ratio = scale["rows_per_second"] / max(1e-9, base["rows_per_second"])
     print(
         f"\nRate at scale / baseline: {ratio:.2f}. Left after archiving: {scale['left']} "
-        "(the queued runs and their history)."
+        "(the queued runs, the runs played beside it, and their history)."
     )
+    _print_traffic(alone, during)
     machine = harness.machine()
     machine["postgresql"] = harness.postgres_version(args.postgres)
     print(
         f"Machine: {', '.join(f'{k} {v}' for k, v in machine.items())}; "
         f"took {time.monotonic() - started:.0f} s"
     )
-    harness.write_json(args.json, {"benchmark": "archive", "machine": machine, **results})
+    harness.write_json(
+        args.json,
+        {
+            "benchmark": "archive",
+            "machine": machine,
+            **results,
+            "traffic": {"alone": alone, "while archiving": during},
+        },
+    )
     return 0
 
 
