@@ -136,7 +136,8 @@ def _database_from_url(url: str) -> dict[str, object]:
             f"DATABASE_URL must be postgres://…, got scheme {parsed.scheme!r}"
         )
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's, its pool's check made to hold up when faults cut many connections at once.
+        "ENGINE": "agentops.postgres",
         "NAME": unquote(parsed.path.lstrip("/")) or "agentops",
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),

@@ -123,3 +123,51 @@ def test_the_pool_is_a_setting() -> None:
         "error": "django.core.exceptions.ImproperlyConfigured: "
         "AGENTOPS_DB_POOL_MIN_SIZE must be between 0 and the max size"
     }
+
+
+def fill_the_pool() -> int:
+    """Every slot of the pool opened at once, then given back: the pool holds max_size idle
+    connections, as after a burst of requests."""
+    bound = settings.DB_POOL["max_size"]
+    everyone_in = threading.Barrier(bound)
+
+    def hold() -> None:
+        try:
+            connection.ensure_connection()
+            everyone_in.wait(timeout=60)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=hold) for _ in range(bound)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return bound
+
+
+def drop_every_connection() -> int:
+    """What an operator's pg_terminate_backend (or a failover) does: every connection to the
+    database cut, from outside the pool."""
+    with connection.pool.connection() as outside, outside.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_request_is_served_after_every_idle_connection_was_cut() -> None:
+    operator = User.objects.create_user("after-the-cut", password="x")
+    operator.user_permissions.add(*Permission.objects.filter(content_type__app_label="agentops"))
+    client = Client()
+    client.force_login(operator)
+    connection.close()
+    bound = fill_the_pool()
+    assert connection.pool.get_stats()["pool_available"] == bound
+
+    assert drop_every_connection() >= bound - 1
+
+    assert client.get("/").status_code == 200
