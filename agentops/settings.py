@@ -120,7 +120,7 @@ TEMPLATES = [
 
 
 # The database connections of one process (PostgreSQL only): see _database_from_url.
-DB_POOL = {
+DB_POOL: dict[str, Any] = {
     "min_size": int(env_float("AGENTOPS_DB_POOL_MIN_SIZE", 1)),
     "max_size": int(env_float("AGENTOPS_DB_POOL_MAX_SIZE", 10)),
     "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0),

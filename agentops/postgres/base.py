@@ -22,7 +22,7 @@ def check(conn: Any) -> None:
     try:
         ConnectionPool.check_connection(conn)
     except Exception:
-        # The pool that handed it out; Django's wrapper hands its pool each connection.
+        # psycopg_pool marks the connection it is handing out with its pool.
         conn._pool.check()
         raise
 

@@ -8,10 +8,14 @@ timeout.
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection
+from psycopg_pool import ConnectionPool
 
+from agentops.postgres.base import DatabaseWrapper
 from runtime import submit, threads
 from runtime.engine import _Heartbeat
 from runtime.models import Run
@@ -21,19 +25,24 @@ from tests.conftest import make_agent, say
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
+def pool() -> ConnectionPool:
+    """This process's pool of connections (PostgreSQL, the pool on)."""
+    found = cast(DatabaseWrapper, connection).pool
+    assert found is not None
+    return found
+
+
 def lifetimes() -> int:
     """Three pools' worth of thread lifetimes: a leak of one connection each would show."""
     return 3 * django_settings.DB_POOL["max_size"]
 
 
 def assert_the_pool_is_whole() -> None:
-    pool = connection.pool
-    assert pool is not None
     # This thread can still have a connection (PoolTimeout otherwise), and none is held.
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     connection.close()
-    stats = pool.get_stats()
+    stats = pool().get_stats()
     assert stats["pool_available"] == stats["pool_size"]
 
 
