@@ -25,6 +25,7 @@ from typing import Any
 from celery import Celery, bootsteps
 
 from agentops.integrations.worker import OutboxSweep
+from runtime import threads
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
@@ -89,7 +90,7 @@ class EmbeddedWorker:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._controller: Any = None
-        self._thread = threading.Thread(target=self._run, name="agentops-worker", daemon=True)
+        self._thread = threads.thread(self._run, name="agentops-worker")
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the worker thread and wait until it consumes (or raise why it could not)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
+from runtime import threads
 from runtime.models import Event, EventKind
 
 log = logging.getLogger(__name__)
@@ -104,9 +105,6 @@ def _publisher_loop() -> asyncio.AbstractEventLoop:
         # A forked worker inherits the variable but not the thread: start its own.
         if _publisher is None or _publisher[0] != os.getpid():
             loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=loop.run_forever, name="agentops-live-publisher", daemon=True
-            )
-            thread.start()
+            threads.thread(loop.run_forever, name="agentops-live-publisher").start()
             _publisher = (os.getpid(), loop)
         return _publisher[1]

@@ -119,6 +119,16 @@ TEMPLATES = [
 ]
 
 
+# The database connections of one process (PostgreSQL only): see _database_from_url.
+DB_POOL: dict[str, Any] = {
+    "min_size": int(env_float("AGENTOPS_DB_POOL_MIN_SIZE", 1)),
+    "max_size": int(env_float("AGENTOPS_DB_POOL_MAX_SIZE", 10)),
+    "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0),
+}
+if DB_POOL["max_size"] and not 0 <= DB_POOL["min_size"] <= DB_POOL["max_size"]:
+    raise ImproperlyConfigured("AGENTOPS_DB_POOL_MIN_SIZE must be between 0 and the max size")
+
+
 def _database_from_url(url: str) -> dict[str, object]:
     parsed = urlparse(url)
     if parsed.scheme not in {"postgres", "postgresql"}:
@@ -126,13 +136,24 @@ def _database_from_url(url: str) -> dict[str, object]:
             f"DATABASE_URL must be postgres://…, got scheme {parsed.scheme!r}"
         )
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's, its pool's check made to hold up when faults cut many connections at once.
+        "ENGINE": "agentops.postgres",
         "NAME": unquote(parsed.path.lstrip("/")) or "agentops",
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
-        "CONN_MAX_AGE": 60,
+        # One pool per process (psycopg_pool, through Django): daphne runs each synchronous
+        # view on a thread of its own, and a connection per thread grew with the requests
+        # until PostgreSQL refused more. The pool bounds the process to max_size connections;
+        # a request that finds them all busy waits up to the timeout for one. A Celery prefork
+        # worker closes its pool after each task (Celery's Django fixup): a child holds only the
+        # connections of the run in hand. AGENTOPS_DB_POOL_MAX_SIZE=0: a connection per thread.
+        **(
+            {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": DB_POOL}}
+            if DB_POOL["max_size"]
+            else {"CONN_MAX_AGE": 60}
+        ),
         "CONN_HEALTH_CHECKS": True,
         "TEST": {"NAME": env_str("AGENTOPS_TEST_DATABASE", "") or None},
     }

@@ -189,7 +189,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         **base,
         "AGENTOPS_LOG_LEVEL": "WARNING",
         "AGENTOPS_AGENT_MODULES": "bench.load_agent",
-        "DATABASE_URL": harness.fresh_postgres_database(args.postgres, DATABASE),
+        "DATABASE_URL": harness.fresh_postgres_database(args.postgres, args.database),
         "CELERY_BROKER_URL": f"{redis_url}/{BROKER_DB}",
         "REDIS_URL": f"{redis_url}/{CHANNELS_DB}",
         "AGENTOPS_QUEUE": queue,
@@ -233,7 +233,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 workers.stop()
                 server.stop()
     finally:
-        harness.drop_postgres_database(args.postgres, DATABASE)
+        harness.drop_postgres_database(args.postgres, args.database)
         _forget_queue(redis_url, queue)
     # The server's own word on its errors: the last line of each traceback, counted.
     raised = collections.Counter(
@@ -331,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=10.0, help="runs submitted per second")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument(
+        "--database",
+        default=DATABASE,
+        help="the database created (and dropped) on the server for the run; "
+        "two benchmarks sharing a server need names of their own",
+    )
     parser.add_argument(
         "--postgres", default=os.environ.get("BENCH_POSTGRES_URL", harness.DEFAULT_POSTGRES)
     )

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, keys, registry, signals, store, tracing
+from runtime import clock, faults, jsonvalues, keys, registry, signals, store, threads, tracing
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PauseRequested, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
@@ -213,7 +213,7 @@ class _Heartbeat:
     def __init__(self, run: Run) -> None:
         self._run = run
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name=f"heartbeat-{run.pk}")
+        self._thread = threads.thread(self._beat, name=f"heartbeat-{run.pk}")
 
     def __enter__(self) -> _Heartbeat:
         # Off in in-process tests, whose test transaction the heartbeat's connection cannot see.
@@ -228,17 +228,14 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         interval = store.lease_seconds() / 3
-        try:
-            while not self._stopped.wait(interval):
-                try:
-                    store.renew(self._run)
-                except LeaseLost:
-                    return
-                except Exception:  # a dropped connection: the next beat tries again
-                    log.exception("run %s: heartbeat failed", self._run.pk)
-                    close_old_connections()
-        finally:
-            connection.close()
+        while not self._stopped.wait(interval):
+            try:
+                store.renew(self._run)
+            except LeaseLost:
+                return
+            except Exception:  # a dropped connection: the next beat tries again
+                log.exception("run %s: heartbeat failed", self._run.pk)
+                close_old_connections()
 
 
 class _Turn:
