@@ -88,6 +88,15 @@ def fill(world: World, n: int) -> None:
         world.run("retry_wait")
 
 
+def test_its_rows_render_no_template_and_reverse_no_url_of_their_own(world, as_user, rendering):
+    client = as_user("operator")
+    fill(world, 1)
+    rendering(client, "/")  # the first request also warms what is kept per process
+    one = rendering(client, "/")
+    fill(world, 2)
+    assert rendering(client, "/") == one
+
+
 @pytest.mark.parametrize("n", [3, 30])
 def test_it_builds_the_inbox_with_a_fixed_number_of_queries(
     world, as_user, django_assert_num_queries, n
