@@ -324,9 +324,9 @@ class Run(models.Model):
                 name="run_attention",
                 condition=Q(status="needs_attention"),
             ),
-            # Version board: the version-blocked runs of each (agent, version), oldest first,
-            # with all its queries read (their counts, each group's first runs' ids) from the
-            # index alone, where the blocked runs' index led to every blocked run's row.
+            # Version board: the version-blocked runs of each (agent, version), oldest first.
+            # Its counts and each group's first runs' ids are read from the index alone, where
+            # the blocked runs' index led to every blocked run's row.
             models.Index(
                 fields=["agent", "version", "created_at", "attention_reason", "fingerprint", "id"],
                 name="run_version_blocked",

@@ -204,7 +204,7 @@ def _around_id(name: str, script_prefix: str, urlconf: str) -> tuple[str, str]:
 @register.filter
 def url_of(ident: Any, name: str) -> str:
     """`{% url name ident %}` for a view of one UUID: reversed once per process and filled in,
-    where a list would reverse it once per row (a seventh of the runs list's time, profiled)."""
+    where a list would reverse it once per row (a tenth of the runs list's time, profiled)."""
     # The script prefix and the URLconf are what reverse() reads besides the name.
     urlconf = get_urlconf() or settings.ROOT_URLCONF
     prefix, suffix = _around_id(name, get_script_prefix(), urlconf)
