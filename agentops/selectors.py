@@ -122,7 +122,8 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     pending = Interaction.objects.filter(
         work.inbox_filter(show, user, now), status=InteractionStatus.PENDING
     )
-    shown = Interaction.objects.select_related("run", "run__session", "work")
+    # No queue joins the runs' sessions: the inbox shows nothing of them.
+    shown = Interaction.objects.select_related("run", "work")
     approvals = _first(pending.filter(kind=InteractionKind.TOOL_APPROVAL), work.INBOX_ORDER, shown)
     questions = _first(pending.filter(kind=InteractionKind.QUESTION), work.INBOX_ORDER, shown)
     work.annotate([*approvals, *questions], now)
@@ -130,12 +131,12 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     attention = _first(
         Run.objects.filter(status=RunStatus.NEEDS_ATTENTION),
         ("updated_at", "pk"),
-        Run.objects.select_related("session"),
+        Run.objects.all(),
     )
     retries = _first(
         Run.objects.filter(status=RunStatus.RETRY_WAIT),
         ("next_attempt_at", "pk"),
-        Run.objects.select_related("session").annotate(
+        Run.objects.annotate(
             attempt=Subquery(
                 Operation.objects.filter(
                     run=OuterRef("pk"), kind=OperationKind.MODEL, status=OperationStatus.FAILED

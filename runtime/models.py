@@ -168,6 +168,15 @@ class AttentionReason(models.TextChoices):
     RECEIPT_MISMATCH = "receipt_mismatch", "What is about to run differs from what was approved"
 
 
+# The attention reasons a version (its registration or its code) is behind: the version board's.
+VERSION_REASONS = (
+    AttentionReason.VERSION_MISSING,
+    AttentionReason.VERSION_UNREGISTERED,
+    AttentionReason.FINGERPRINT_MISMATCH,
+    AttentionReason.INPUT_MISMATCH,
+)
+
+
 class ErrorKind(models.TextChoices):
     """Whether the last model error can heal by waiting (429, 5xx, 529, timeouts) or not."""
 
@@ -314,6 +323,14 @@ class Run(models.Model):
                 fields=["updated_at", "id"],
                 name="run_attention",
                 condition=Q(status="needs_attention"),
+            ),
+            # Version board: the version-blocked runs of each (agent, version), oldest first.
+            # Its counts and each group's first runs' ids are read from the index alone, where
+            # the blocked runs' index led to every blocked run's row.
+            models.Index(
+                fields=["agent", "version", "created_at", "attention_reason", "fingerprint", "id"],
+                name="run_version_blocked",
+                condition=Q(status="needs_attention", attention_reason__in=VERSION_REASONS),
             ),
             # Console filters, version board and unregister checks: runs of an agent version.
             models.Index(fields=["agent", "version", "status"], name="run_agent_version"),

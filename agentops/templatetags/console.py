@@ -7,11 +7,15 @@ format_html, which escapes every value: agent-controlled data never becomes mark
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
+import uuid
 from typing import Any
 
 from django import template
+from django.conf import settings
+from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -184,6 +188,27 @@ def took(op: Any) -> str:
 def short_id(value: Any) -> str:
     """The first eight characters of an id: enough to tell runs apart on a page."""
     return str(value)[:8]
+
+
+# Reversed in place of the id, then cut out: what a URL of one id holds around it.
+_ANY_ID = uuid.UUID(int=0)
+
+
+@functools.cache
+def _around_id(name: str, script_prefix: str, urlconf: str) -> tuple[str, str]:
+    # `script_prefix` keys the cache only: reverse() reads the current one itself.
+    prefix, _, suffix = reverse(name, urlconf, args=[_ANY_ID]).partition(str(_ANY_ID))
+    return prefix, suffix
+
+
+@register.filter
+def url_of(ident: Any, name: str) -> str:
+    """`{% url name ident %}` for a view of one UUID: reversed once per process and filled in,
+    where a list would reverse it once per row (a tenth of the runs list's time, profiled)."""
+    # The script prefix and the URLconf are what reverse() reads besides the name.
+    urlconf = get_urlconf() or settings.ROOT_URLCONF
+    prefix, suffix = _around_id(name, get_script_prefix(), urlconf)
+    return f"{prefix}{ident}{suffix}"
 
 
 @register.filter

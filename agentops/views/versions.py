@@ -25,15 +25,15 @@ from django.urls import NoReverseMatch, reverse
 from agentops.views.common import action, page
 from runtime import control, registry
 from runtime.control import RetryResult
-from runtime.models import AgentVersion, AttentionReason, Permission, Run, RunStatus
-
-# The attention reasons a version (its registration or its code) is behind.
-VERSION_REASONS = (
-    AttentionReason.VERSION_MISSING,
-    AttentionReason.VERSION_UNREGISTERED,
-    AttentionReason.FINGERPRINT_MISMATCH,
-    AttentionReason.INPUT_MISMATCH,
+from runtime.models import (
+    VERSION_REASONS,
+    AgentVersion,
+    AttentionReason,
+    Permission,
+    Run,
+    RunStatus,
 )
+
 # Runs listed by name in a group; the counts and the retry cover all of them.
 SHOWN_RUNS = 25
 SHOWN_DIFFERENCES = 10
@@ -248,14 +248,19 @@ def blocked_groups(only: tuple[str, str] | None = None) -> list[Group]:
         group["fingerprints"][fingerprint] += n
     if only is not None:
         groups.setdefault(only, {})
-    first = (
-        blocked.defer("transcript", "input", "output")
-        .annotate(
+    # The ids first, numbered off the index alone; then only those rows are read.
+    first_ids = (
+        blocked.annotate(
             position=Window(
                 RowNumber(), partition_by=[F("agent"), F("version")], order_by="created_at"
             )
         )
         .filter(position__lte=SHOWN_RUNS)
+        .values("pk")
+    )
+    first = (
+        Run.objects.filter(pk__in=first_ids)
+        .defer("transcript", "input", "output")
         .order_by("agent", "version", "created_at")
     )
     shown: dict[tuple[str, str], list[Run]] = {}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls.resolvers import URLResolver
 
 from runtime import Agent, ModelRetry, ToolContext, ask_operator, cancel, submit, tool
 from runtime.llm.scripted import ScriptedModel, call, say
@@ -146,3 +147,28 @@ def htmx(**extra: Any) -> dict[str, Any]:
 def without_csrf(html: str) -> str:
     """The CSRF token is masked anew on every render; everything else must be equal."""
     return CSRF.sub('name="csrfmiddlewaretoken" value="…"', html)
+
+
+@pytest.fixture
+def rendering(monkeypatch: pytest.MonkeyPatch) -> Callable[[Client, str], tuple[int, int]]:
+    """rendering(client, path) -> (templates rendered, URLs reversed) by a GET of the page.
+
+    A list whose rows each render a template or reverse a URL costs that per row: a pinned
+    count, like the queries', keeps the work of a page independent of its length."""
+    reversed_urls: list[str] = []
+    # Every reversal ({% url %}, reverse()) ends in the resolver's one private method.
+    reverse = URLResolver._reverse_with_prefix  # type: ignore[attr-defined]  # private
+
+    def counted(resolver: URLResolver, lookup_view: Any, *args: Any, **kwargs: Any) -> str:
+        reversed_urls.append(str(lookup_view))
+        return reverse(resolver, lookup_view, *args, **kwargs)
+
+    monkeypatch.setattr(URLResolver, "_reverse_with_prefix", counted)
+
+    def render(client: Client, path: str) -> tuple[int, int]:
+        reversed_urls.clear()
+        response = client.get(path)
+        assert response.status_code == 200
+        return len(response.templates), len(reversed_urls)
+
+    return render

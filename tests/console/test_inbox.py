@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agentops.selectors import QUEUE_LIMIT
 from runtime import respond
@@ -86,6 +88,23 @@ def fill(world: World, n: int) -> None:
         world.run("question")
         world.run("blocked")
         world.run("retry_wait")
+
+
+def test_its_rows_render_no_template_and_reverse_no_url_of_their_own(world, as_user, rendering):
+    client = as_user("operator")
+    fill(world, 1)
+    rendering(client, "/")  # the first request also warms what is kept per process
+    one = rendering(client, "/")
+    fill(world, 2)
+    assert rendering(client, "/") == one
+
+
+def test_it_reads_no_session_which_it_does_not_show(world, as_user):
+    fill(world, 1)
+    client = as_user("operator")
+    with CaptureQueriesContext(connection) as captured:
+        client.get("/")
+    assert not [q["sql"] for q in captured.captured_queries if "agentops_session" in q["sql"]]
 
 
 @pytest.mark.parametrize("n", [3, 30])

@@ -124,6 +124,16 @@ def test_it_swaps_only_the_table_for_htmx(world, as_user):
     assert "HX-Request" in response["Vary"]
 
 
+def test_its_rows_render_no_template_and_reverse_no_url_of_their_own(world, as_user, rendering):
+    client = as_user("operator")
+    world.run("completed")
+    rendering(client, "/runs/")  # the first request also warms what is kept per process
+    one = rendering(client, "/runs/")
+    for _ in range(5):
+        world.run("completed")
+    assert rendering(client, "/runs/") == one
+
+
 def test_it_escapes_what_the_search_echoes(world, as_user):
     html = as_user("viewer").get("/runs/", {"q": '"><script>alert(1)</script>'}).content.decode()
     assert "<script>alert(1)</script>" not in html
