@@ -23,6 +23,8 @@ import threading
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.signals import task_postrun, task_prerun
+from django.db import close_old_connections
 
 from agentops.integrations.worker import OutboxSweep
 from runtime import threads
@@ -67,6 +69,16 @@ class Sweep(bootsteps.StartStopStep):
             self._timer_entry = None
 
     terminate = stop
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**kwargs: Any) -> None:
+    """Around each task, as Django does around each request: a connection past CONN_MAX_AGE,
+    or one that failed, is closed, and the next query checks the one it keeps (so a worker
+    reconnects after a database restart). Celery's own closing of every connection is off
+    (CELERY_DB_REUSE_MAX)."""
+    close_old_connections()
 
 
 app.steps["worker"].add(Sweep)

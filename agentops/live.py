@@ -64,8 +64,14 @@ def publish(event: Event) -> None:
 
 
 async def _send(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
-    for group in groups:
-        await layer.group_send(group, message)
+    if isinstance(layer, InMemoryChannelLayer):
+        # Local queues, no round trip: one after the other, as the page's order expects.
+        for group in groups:
+            await layer.group_send(group, message)
+        return
+    # Side by side: the Redis layer's group_send is four round trips, and the inbox need not
+    # wait for the run's pages (nor be held up by a failed send to them).
+    await asyncio.gather(*(layer.group_send(group, message) for group in groups))
 
 
 def _log_failure(future: Future[None]) -> None:

@@ -297,6 +297,13 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes the database connections before and after every task unless
+# this is set, and then every this many tasks. Each run's claim paid a new PostgreSQL
+# connection and a new backend's slow first statements (20 ms p50 in bench.live, see
+# docs/performance.md, section 4). A worker's connections live as a web process's do instead
+# (CONN_MAX_AGE, CONN_HEALTH_CHECKS): the obsolete and the broken are closed around each task
+# (agentops/celery.py).
+CELERY_DB_REUSE_MAX = 2**31
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # On a lost broker connection keep running tasks: their redelivery finds the run claimed.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -13,9 +13,11 @@ the first frame that covers it (each frame carries the id of the newest event it
 
 The consumer renders an event as soon as it arrives and gathers only the events that arrive
 while a render is in flight (agentops/consumers.py): the render is part of what is measured. The
-commit time is the event's created_at, taken just before its INSERT (so a latency here is at
-most about a millisecond longer than the true one). The baseline, measured in the same run on
-the same socket: a websocket ping's round trip.
+commit time is taken by the process that committed, as its publish hook starts (`publish` below:
+the hook runs right after COMMIT returns). The event's created_at is taken before its statement
+runs (and, for a claim, before the worker has its connection), so a latency from it also counts
+the statement and its commit: both are reported, the target is the one from the commit. The
+baseline, measured in the same run on the same socket: a websocket ping's round trip.
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ from bench.throughput import BROKER_DB, CHANNELS_DB, CeleryWorkers, _forget_queu
 DATABASE = os.environ.get("BENCH_LIVE_DATABASE", "agentops_bench_live")
 TARGET_MS = 50
 CURSOR = re.compile(r'id="live-cursor" data-event="(\d+)"')
+# The file every process of a setup notes its commits in ("event-id seconds" lines).
+COMMITS = "BENCH_LIVE_COMMITS"
+
+
+def publish(event: Any) -> None:
+    """The setup's AGENTOPS_PUBLISH: agentops.live.publish, and when the event committed."""
+    from agentops import live
+
+    committed = time.time()
+    live.publish(event)
+    # One short append per event: lines from several processes do not interleave.
+    with Path(os.environ[COMMITS]).open("a") as notes:
+        notes.write(f"{event.pk} {committed}\n")
 
 
 class Client:
@@ -114,16 +129,21 @@ class Client:
         completed = await asyncio.to_thread(
             lambda: Run.objects.filter(pk__in=run_ids, status="completed").count()
         )
+        lines = Path(os.environ[COMMITS]).read_text().splitlines()
+        commits = {int(event_id): float(at) for event_id, at in map(str.split, lines)}
         latencies = []
+        from_created = []
         missed = 0
-        for event_id, committed in events:
+        for event_id, created in events:
             arrival = next((t for t, cursor in frames if cursor >= event_id), None)
             if arrival is None:
                 missed += 1
             else:
-                latencies.append(arrival - committed)
+                latencies.append(arrival - commits[event_id])
+                from_created.append(arrival - created)
         return {
             "latencies": latencies,
+            "from_created": from_created,
             "missed": missed,
             "events": len(events),
             "frames": len(frames),
@@ -236,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmpdir)
         base = harness.worker_env(tmp)
         base.pop("AGENTOPS_DISPATCH")
-        base.pop("AGENTOPS_PUBLISH")
+        base["AGENTOPS_PUBLISH"] = "bench.live.publish"
         base["AGENTOPS_LOG_LEVEL"] = "WARNING"
         embedded = {
             **base,
@@ -244,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             "CELERY_BROKER_URL": "memory://localhost/",
             # The embedded worker learns of runs submitted by another process from its sweep.
             "AGENTOPS_SWEEP_SECONDS": "0.05",
+            COMMITS: str(tmp / "commits-embedded.txt"),
         }
         print(f"bench.live: {args.runs} runs per setup")
         print("  embedded …")
@@ -259,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 "CELERY_BROKER_URL": f"{redis_url}/{BROKER_DB}",
                 "REDIS_URL": f"{redis_url}/{CHANNELS_DB}",
                 "AGENTOPS_QUEUE": queue,
+                COMMITS: str(tmp / "commits-redis.txt"),
             }
             try:
                 results["redis"] = _setup("redis", networked, tmp, args.runs, celery=True)
@@ -290,6 +312,7 @@ def _report(results: dict[str, dict[str, Any]], runs: int) -> str:
     rows = []
     for name, value in results.items():
         latencies = [1000 * v for v in value["latencies"]]
+        from_created = [1000 * v for v in value["from_created"]]
         pings = [1000 * v for v in value["pings"]]
         rows.append(
             [
@@ -297,6 +320,8 @@ def _report(results: dict[str, dict[str, Any]], runs: int) -> str:
                 f"{len(latencies)}/{value['events']}",
                 statistics.median(latencies) if latencies else None,
                 _percentile(latencies, 0.95) if latencies else None,
+                statistics.median(from_created) if from_created else None,
+                _percentile(from_created, 0.95) if from_created else None,
                 statistics.median(pings) if pings else None,
                 f"{value['server_rss_mb']:.0f}, "
                 + (f"{value['worker_rss_mb']:.0f}" if "worker_rss_mb" in value else "(in server)"),
@@ -304,7 +329,8 @@ def _report(results: dict[str, dict[str, Any]], runs: int) -> str:
         )
     lines = [
         f"Live latency: event commit -> websocket frame on the inbox, {runs} runs per setup "
-        "(their claim and completion events), ms.",
+        "(their claim and completion events), ms; also from the event's created_at, taken "
+        "before its statement ran.",
         "",
         harness.table(
             [
@@ -312,11 +338,13 @@ def _report(results: dict[str, dict[str, Any]], runs: int) -> str:
                 "events seen",
                 "p50",
                 "p95",
+                "from created_at: p50",
+                "p95",
                 "baseline: ws ping p50",
                 "peak RSS MB: server, worker",
             ],
             rows,
-            align="lrrrrr",
+            align="lrrrrrrr",
         ),
         "",
     ]

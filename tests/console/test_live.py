@@ -341,6 +341,26 @@ def test_it_publishes_ids_only_through_a_networked_layer_from_any_thread(world, 
     assert sent == [(f"run-{run.pk}", message), ("inbox", message)]
 
 
+def test_a_slow_send_to_the_runs_pages_does_not_hold_up_the_inbox(world, monkeypatch):
+    inbox_told = threading.Event()
+    release = threading.Event()
+
+    class NetworkedLayer:
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            if group == "inbox":
+                inbox_told.set()
+            else:  # the run's group: in flight until released
+                await asyncio.to_thread(release.wait)
+
+    monkeypatch.setattr(live, "get_channel_layer", NetworkedLayer)
+    run = world.run("waiting")
+    try:
+        live.publish(Event.objects.get(run=run, kind=EventKind.TOOL_APPROVAL_REQUESTED))
+        assert inbox_told.wait(3)
+    finally:
+        release.set()
+
+
 def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monkeypatch, settings):
     """The in-memory layer (the embedded setup) reaches this process only; with no socket here,
     nobody could hear. (The Redis layer reaches every process, so it always publishes.)"""

@@ -5,10 +5,14 @@ These run in both passes (SQLite and PostgreSQL) and need no broker.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from celery import signals
+from celery.fixups.django import DjangoWorkerFixup
 from django.db import connection, transaction
 
 from agentops import tasks
@@ -98,6 +102,64 @@ def test_it_advances_a_claimable_run(agent: Any, tmp_path: Path, monkeypatch: An
     assert tasks.advance_run(str(run.pk)) is True
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
+
+
+@pytest.fixture
+def worker_fixup() -> Iterator[None]:
+    """Celery's Django fixup, installed as a worker process installs it."""
+    fixup = DjangoWorkerFixup(app).install()
+    yield
+    signals.task_prerun.disconnect(fixup.on_task_prerun)
+    signals.task_postrun.disconnect(fixup.on_task_postrun)
+    signals.worker_process_init.disconnect(fixup.on_worker_process_init)
+    signals.beat_embedded_init.disconnect(fixup.close_database)
+
+
+def _deliver(run_id: Any) -> bool:
+    """One delivery of advance_run as a worker runs it, between its task's signals."""
+    task = tasks.advance_run
+    args = (str(run_id),)
+    signals.task_prerun.send(sender=task, task_id="t", task=task, args=args, kwargs={})
+    advanced = task(*args)
+    signals.task_postrun.send(sender=task, task_id="t", task=task, args=args, kwargs={})
+    return bool(advanced)
+
+
+def _backend() -> int | None:
+    return None if connection.connection is None else connection.connection.info.backend_pid
+
+
+@pytest.mark.postgres
+def test_a_worker_keeps_its_database_connection_from_one_run_to_the_next(
+    agent: Any, worker_fixup: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new connection costs a PostgreSQL backend and its slow first statements on every claim.
+    monkeypatch.setenv(EFFECTS_ENV, str(tmp_path))
+    runs = [submit(agent.name, one_call("lookup"), actor="t") for _ in range(2)]
+    backends = []
+    for run in runs:
+        assert _deliver(run.pk)
+        backends.append(_backend())
+    assert backends[0] is not None
+    assert backends == [backends[0]] * 2
+
+
+@pytest.mark.postgres
+def test_a_worker_reconnects_when_its_kept_connection_died(
+    agent: Any, worker_fixup: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As after a restart of the database server: the kept connection's backend is gone.
+    monkeypatch.setenv(EFFECTS_ENV, str(tmp_path))
+    first, second = (submit(agent.name, one_call("lookup"), actor="t") for _ in range(2))
+    assert _deliver(first.pk)
+    dead = _backend()
+    params = connection.get_connection_params()
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [dead])
+    assert _deliver(second.pk)
+    second.refresh_from_db()
+    assert second.status == RunStatus.COMPLETED
+    assert _backend() not in (None, dead)
 
 
 class _Recorder:
