@@ -65,7 +65,7 @@ def publish(event: Event) -> None:
 
 async def _send(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
     if isinstance(layer, InMemoryChannelLayer):
-        # Local queues, no round trip: one after the other, as the page's order expects.
+        # Local queues, no round trip: nothing would be gained by sending side by side.
         for group in groups:
             await layer.group_send(group, message)
         return
