@@ -146,9 +146,9 @@ def _database_from_url(url: str) -> dict[str, object]:
         # One pool per process (psycopg_pool, through Django): daphne runs each synchronous
         # view on a thread of its own, and a connection per thread grew with the requests
         # until PostgreSQL refused more. The pool bounds the process to max_size connections;
-        # a request that finds them all busy waits up to the timeout for one. A Celery prefork
-        # worker closes its pool after each task (Celery's Django fixup): a child holds only the
-        # connections of the run in hand. AGENTOPS_DB_POOL_MAX_SIZE=0: a connection per thread.
+        # a request that finds them all busy waits up to the timeout for one; a Celery worker
+        # gives its connections back after each task (agentops/celery.py) and takes them from
+        # the pool again for the next. AGENTOPS_DB_POOL_MAX_SIZE=0: a connection per thread.
         **(
             {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": DB_POOL}}
             if DB_POOL["max_size"]
