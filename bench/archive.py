@@ -36,7 +36,7 @@ from bench.harness import Variant
 DATABASE = "agentops_bench_archive"
 
 
-class Archiving:
+class Archiving(harness.Called):
     """A process on the benchmark database: seed finished runs, archive them, count what is left."""
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -51,15 +51,6 @@ class Archiving:
         self.events_per_run = int(options["events_per_run"])
         self.seeded = 0
         self.directory = Path(options["directory"])
-
-    def run(self) -> None:  # the worker's warm-up: nothing before the data is there
-        pass
-
-    def check(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def seed(self, runs: int) -> dict[str, Any]:
         """`runs` finished runs 200 days old, and one recent queued run per ten that stays."""
@@ -120,7 +111,7 @@ class Archiving:
         }
 
 
-class Traffic:
+class Traffic(harness.Called):
     """A worker and an operator on the benchmark database, in turns, until told to stop."""
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -130,15 +121,6 @@ class Traffic:
         user = User.objects.create_superuser("bench", "bench@example.com", "x")
         self.client = Client()
         self.client.force_login(user)
-
-    def run(self) -> None:
-        pass
-
-    def check(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def serve(self, seconds: float, stop: str | None = None) -> dict[str, Any]:
         """Runs and pages in turns for `seconds`, or until the file `stop` exists: their times."""

@@ -53,7 +53,7 @@ EVENT_KINDS += "'outcome','completed','approval_granted'])"
 TABLES = ("session", "run", "operation", "interaction", "event")
 
 
-class Seeded:
+class Seeded(harness.Called):
     """A web process's view of a seeded database: seed it, then time the pages."""
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -76,15 +76,6 @@ class Seeded:
         )
         self.client = Client()
         self.client.force_login(user)
-
-    def run(self) -> None:  # the worker's warm-up: nothing to do before the data is there
-        pass
-
-    def check(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def rows(self) -> dict[str, int]:
         from django.db import connection

@@ -58,6 +58,20 @@ class Variant:
         return [module for module in self.requires if importlib.util.find_spec(module) is None]
 
 
+class Called:
+    """A variant driven by `call` commands (seed, archive, measure…) rather than timed runs:
+    nothing to warm up, nothing to check, nothing to close."""
+
+    def run(self) -> None:
+        pass
+
+    def check(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 class WorkerError(RuntimeError):
     """A worker failed to start or to run; carries the variant and the worker's traceback."""
 

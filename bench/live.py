@@ -58,7 +58,7 @@ def publish(event: Any) -> None:
         notes.write(f"{event.pk} {committed}\n")
 
 
-class Client:
+class Client(harness.Called):
     """Submits runs and listens on the inbox socket, in a process configured like the server."""
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -75,15 +75,6 @@ class Client:
         browser = HttpClient()
         browser.force_login(user)
         self.cookie = f"sessionid={browser.cookies['sessionid'].value}"
-
-    def run(self) -> None:
-        pass
-
-    def check(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def measure(self, port: int, runs: int) -> dict[str, Any]:
         return asyncio.run(self._measure(port, runs))

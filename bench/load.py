@@ -44,7 +44,7 @@ PAGE_P95_MS, LIVE_P95_MS = 150.0, 250.0
 EXCEPTION = re.compile(r"^[\w.]+(Error|Exception|Exhausted|Timeout)\b.*:")
 
 
-class Submitter:
+class Submitter(harness.Called):
     """The process that prepares the database and submits runs, configured like the server."""
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -77,15 +77,6 @@ class Submitter:
             browser.force_login(user)
             cookies.append(browser.cookies["sessionid"].value)
         return cookies
-
-    def run(self) -> None:
-        pass
-
-    def check(self) -> dict[str, Any]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
     def drive(self, rate: float, seconds: float) -> dict[str, Any]:
         """Submit `rate` runs per second for `seconds`, on a fixed schedule."""
