@@ -209,7 +209,10 @@ class RunOut(Schema):
     steps: int
     next_attempt_at: dt.datetime | None
     created_at: dt.datetime
-    updated_at: dt.datetime
+    updated_at: dt.datetime = Field(
+        description="When the run last moved: submitted, claimed, or out of `running`. A "
+        "running run's lease renewals leave it; its events say what it did since."
+    )
     finished_at: dt.datetime | None
     pause_requested_by: str = Field(
         description="Who paused the run (or asked a running run to pause); empty otherwise."

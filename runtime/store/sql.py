@@ -37,7 +37,9 @@ LOST = "the worker %s lost the run: its lease expired (it died or stalled)"
 
 # The lease renewed by every fenced write. An intent (`pausable`) is also the engine's pause
 # point: it lands only if no operator asked the run to pause, which saves a read per call.
-HOLD = f"""UPDATE {RUN} SET lease_expires_at = %(lease)s, updated_at = %(now)s
+# It sets no indexed column (updated_at is the run's last move, not its last write), so on
+# PostgreSQL it is a HOT update: none of the run's indexes gets a new entry per record.
+HOLD = f"""UPDATE {RUN} SET lease_expires_at = %(lease)s
 WHERE {OWNED} AND (pause_requested_by = '' OR NOT %(pausable)s)"""
 
 INSERT_EVENT = f"""
