@@ -27,10 +27,20 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import connection, transaction
 from pydantic import BaseModel, ValidationError
 
-from runtime import clock, faults, jsonvalues, keys, registry, signals, store, threads, tracing
+from runtime import (
+    clock,
+    faults,
+    heartbeat,
+    jsonvalues,
+    keys,
+    registry,
+    signals,
+    store,
+    tracing,
+)
 from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PauseRequested, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
@@ -208,34 +218,21 @@ def describe_crash(exc: BaseException) -> str:
 
 
 class _Heartbeat:
-    """Renews the lease every third of its length while a call runs long."""
+    """The claim's lease renewed by the process's heartbeat while the claim lasts."""
 
     def __init__(self, run: Run) -> None:
         self._run = run
-        self._stopped = threading.Event()
-        self._thread = threads.thread(self._beat, name=f"heartbeat-{run.pk}")
+        self._token: int | None = None
 
     def __enter__(self) -> _Heartbeat:
         # Off in in-process tests, whose test transaction the heartbeat's connection cannot see.
         if settings.AGENTOPS_HEARTBEAT:
-            self._thread.start()
+            self._token = heartbeat.HEARTBEATS.add(self._run)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stopped.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _beat(self) -> None:
-        interval = store.lease_seconds() / 3
-        while not self._stopped.wait(interval):
-            try:
-                store.renew(self._run)
-            except LeaseLost:
-                return
-            except Exception:  # a dropped connection: the next beat tries again
-                log.exception("run %s: heartbeat failed", self._run.pk)
-                close_old_connections()
+        if self._token is not None:
+            heartbeat.HEARTBEATS.remove(self._token)
 
 
 class _Turn:

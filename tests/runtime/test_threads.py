@@ -1,9 +1,9 @@
 """The runtime's threads give their database connections back to the pool when they end.
 
-A pooled connection returns to its pool only when it is closed. A process starts a heartbeat
-thread for every run it advances: were each to end holding its connection, the pool would be
-dry after max_size runs, and every request of the process would then wait out the pool's
-timeout.
+A pooled connection returns to its pool only when it is closed. A process starts threads for its
+own work, and its heartbeat renews the lease of every run it advances: were a thread to end, or
+the heartbeat to go on, holding its connection, the pool would be dry after max_size of them,
+and every request of the process would then wait out the pool's timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from agentops.postgres.base import DatabaseWrapper
 from runtime import submit, threads
-from runtime.engine import _Heartbeat
+from runtime.heartbeat import HEARTBEATS
 from runtime.models import Run
 from runtime.registry import code_defines, register
 from tests.conftest import make_agent, say
@@ -68,20 +68,21 @@ def test_threads_that_queried_and_ended_leave_the_pool_whole() -> None:
     assert_the_pool_is_whole(held_before)
 
 
-def test_heartbeats_that_beat_and_ended_leave_the_pool_whole(settings) -> None:
-    settings.AGENTOPS_HEARTBEAT = True
+def test_heartbeats_that_beat_leave_the_pool_whole(settings) -> None:
     settings.AGENTOPS_LEASE_SECONDS = 0.003  # a beat every millisecond
     agent = make_agent([say("hi")])
     with code_defines(agent):
         register([agent], actor="admin")
-        # Not claimed: each heartbeat's first beat finds the lease not held and ends it.
+        # Not claimed: each claim's first beat finds the lease not held and ends its renewals.
         run = Run.objects.get(pk=submit(agent.name, "hi", actor="alice").pk)
     connection.close()
     held_before = in_use()
 
     for _ in range(lifetimes()):
-        heartbeat = _Heartbeat(run)
-        with heartbeat:
-            heartbeat._thread.join()
+        token = HEARTBEATS.add(run)
+        with HEARTBEATS._changed:
+            ended = HEARTBEATS._changed.wait_for(lambda t=token: t not in HEARTBEATS._claims, 60)
+        assert ended, "the heartbeat never beat"
+        HEARTBEATS.remove(token)
 
     assert_the_pool_is_whole(held_before)
