@@ -20,6 +20,11 @@ from django.core.management.base import CommandError
 
 from agentops.celery import EmbeddedWorker
 
+# How long a websocket may take to open (its handshake, then the consumer's accept) before daphne
+# drops it: as long as a page may take on a busy process. With daphne's 5 s handshake (and 20 s
+# accept), a loaded console reset the live sockets of pages it still served.
+WEBSOCKET_OPEN_SECONDS = 60
+
 
 class Command(DaphneRunserver):
     help = (
@@ -30,7 +35,7 @@ class Command(DaphneRunserver):
     def add_arguments(self, parser: Any) -> None:
         super().add_arguments(parser)
         # One process that stays up: the worker would be restarted with every code reload.
-        parser.set_defaults(use_reloader=False)
+        parser.set_defaults(use_reloader=False, websocket_handshake_timeout=WEBSOCKET_OPEN_SECONDS)
         parser.add_argument(
             "--reload",
             action="store_true",
@@ -56,11 +61,13 @@ class Command(DaphneRunserver):
         )
 
     def inner_run(self, *args: Any, **options: Any) -> None:
+        server: dict[str, Any] = {"websocket_connect_timeout": WEBSOCKET_OPEN_SECONDS}
         if options["demo_login"]:
             if not apps.is_installed("demo"):
                 raise CommandError("--demo-login needs the demo (AGENTOPS_DEMO=1)")
             # Printed last, when the port is bound: what a newcomer needs next, not lost above.
-            self.server_cls = functools.partial(Server, ready_callable=self._print_demo_logins)
+            server["ready_callable"] = self._print_demo_logins
+        self.server_cls = functools.partial(Server, **server)
         worker = None
         if options["embedded_worker"] and settings.EMBEDDED_BROKER:
             worker = EmbeddedWorker(
