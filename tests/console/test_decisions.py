@@ -194,10 +194,10 @@ def test_it_builds_the_inbox_with_related_calls_in_a_fixed_number_of_queries(
     assert text(html).count("⚠ 5 other calls on order 1003") == 6
 
 
-# Session, user, permissions, the interaction, operations, the session's earlier runs, the
-# related interactions and their operations, the facts (the order, the refunds sum), last event,
-# and the approvals counted so far under the approval policy.
-DECISION_QUERIES = 13
+# Session, user, permissions (one query: agentops.backends), the interaction, operations, the
+# session's earlier runs, the related interactions and their operations, the facts (the order,
+# the refunds sum), last event, and the approvals counted so far under the approval policy.
+DECISION_QUERIES = 12
 # The inbox's own with approvals in its only queue that is not empty (tests/console/test_inbox.py),
 # and the related calls with their subjects.
 INBOX_QUERIES = QUERIES_BEFORE_QUEUES + 1 + 2

@@ -13,9 +13,9 @@ from runtime import respond
 from runtime.models import Event
 from tests.console.conftest import World
 
-# session, user, the user's and the groups' permissions; then the cursor and the kept counts (runs
-# by status and pending interactions by kind, in one).
-QUERIES_BEFORE_QUEUES = 6
+# session, user, permissions (user's and groups', in one: agentops.backends); then the cursor and
+# the kept counts (runs by status and pending interactions by kind, in one).
+QUERIES_BEFORE_QUEUES = 5
 # Then one per queue that has something in it: approvals, questions, blocked runs, retry waits.
 INBOX_QUERIES = QUERIES_BEFORE_QUEUES + 4
 
