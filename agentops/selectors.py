@@ -98,13 +98,18 @@ def _max_attempts(run: Run) -> int | None:
     return agent.model_retry.max_attempts if agent and agent.model_retry else None
 
 
-def _first(rows: QuerySet[Any], order: Sequence[Any], shown: QuerySet[Any]) -> list[Any]:
+def _first(
+    rows: QuerySet[Any], order: Sequence[Any], shown: QuerySet[Any], *, total: int
+) -> list[Any]:
     """The first QUEUE_LIMIT of `rows` in `order`, as `shown` (its joins and annotations).
 
     One query: the limit is taken in a subquery over the queue's own rows (served by a partial
     index, or a sort of the queue alone), and only those rows are joined to their runs and
     sessions. Joined first, a queue of 10,000 would be joined whole before being cut to 50.
+    None when the queue's kept count, `total`, is zero: its rows need no query.
     """
+    if not total:
+        return []
     first = rows.order_by(*order).values("pk")[:QUEUE_LIMIT]
     return list(shown.filter(pk__in=first).order_by(*order))
 
@@ -122,16 +127,34 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     pending = Interaction.objects.filter(
         work.inbox_filter(show, user, now), status=InteractionStatus.PENDING
     )
+    # A queue whose kept count is zero is not read: most of the time most queues are empty.
+    # (Its count and its rows are two reads: a row that commits between them is shown by the
+    # live push its commit makes, as a count that moved between them would be.)
+    total_approvals = pending_counts.get(InteractionKind.TOOL_APPROVAL, 0)
+    total_questions = pending_counts.get(InteractionKind.QUESTION, 0)
+    total_attention = counts.get(RunStatus.NEEDS_ATTENTION, 0)
+    total_retries = counts.get(RunStatus.RETRY_WAIT, 0)
     # No queue joins the runs' sessions: the inbox shows nothing of them.
     shown = Interaction.objects.select_related("run", "work")
-    approvals = _first(pending.filter(kind=InteractionKind.TOOL_APPROVAL), work.INBOX_ORDER, shown)
-    questions = _first(pending.filter(kind=InteractionKind.QUESTION), work.INBOX_ORDER, shown)
+    approvals = _first(
+        pending.filter(kind=InteractionKind.TOOL_APPROVAL),
+        work.INBOX_ORDER,
+        shown,
+        total=total_approvals,
+    )
+    questions = _first(
+        pending.filter(kind=InteractionKind.QUESTION),
+        work.INBOX_ORDER,
+        shown,
+        total=total_questions,
+    )
     work.annotate([*approvals, *questions], now)
     # updated_at is when the run stopped: nothing touches a blocked run until a person acts.
     attention = _first(
         Run.objects.filter(status=RunStatus.NEEDS_ATTENTION),
         ("updated_at", "pk"),
         Run.objects.all(),
+        total=total_attention,
     )
     retries = _first(
         Run.objects.filter(status=RunStatus.RETRY_WAIT),
@@ -145,6 +168,7 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
                 .values("attempts")[:1]
             )
         ),
+        total=total_retries,
     )
     for run in retries:
         run.max_attempts = _max_attempts(run)  # type: ignore[attr-defined]
@@ -156,10 +180,10 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     status_counts = [(status, counts.get(status, 0)) for status in COUNTED_STATUSES]
     return {
         "status_counts": status_counts,
-        "approvals": Queue(approvals, pending_counts.get(InteractionKind.TOOL_APPROVAL, 0)),
-        "questions": Queue(questions, pending_counts.get(InteractionKind.QUESTION, 0)),
-        "attention": Queue(attention, counts.get(RunStatus.NEEDS_ATTENTION, 0)),
-        "retries": Queue(retries, counts.get(RunStatus.RETRY_WAIT, 0)),
+        "approvals": Queue(approvals, total_approvals),
+        "questions": Queue(questions, total_questions),
+        "attention": Queue(attention, total_attention),
+        "retries": Queue(retries, total_retries),
         "show": show,
         "filters": work.FILTERS,
     }

@@ -359,6 +359,8 @@ CHANNEL_LAYERS = {
 AUTHENTICATION_BACKENDS = [
     # First: a locked-out client is refused before its password is even checked.
     "axes.backends.AxesStandaloneBackend",
+    # Permissions in one query per request, for ModelBackend too (it logs nobody in).
+    "agentops.backends.PermissionsBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_ENABLED = env_bool("AGENTOPS_LOGIN_LOCKOUT", default=True)

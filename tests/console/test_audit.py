@@ -10,8 +10,9 @@ from agentops import selectors
 from runtime import cancel, resolve, respond
 from tests.console.conftest import htmx
 
-# session, user, the user's and the groups' permissions; then one page of events.
-AUDIT_QUERIES = 5
+# session, user, permissions (user's and groups', in one: agentops.backends); then one page of
+# events.
+AUDIT_QUERIES = 4
 
 
 def rows(html: str) -> list[str]:

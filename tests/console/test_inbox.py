@@ -13,10 +13,11 @@ from runtime import respond
 from runtime.models import Event
 from tests.console.conftest import World
 
-# session, user, the user's and the groups' permissions; then the cursor, the kept counts (runs
-# by status and pending interactions by kind, in one), approvals, questions, blocked runs and
-# retry waits.
-INBOX_QUERIES = 10
+# session, user, permissions (user's and groups', in one: agentops.backends); then the cursor and
+# the kept counts (runs by status and pending interactions by kind, in one).
+QUERIES_BEFORE_QUEUES = 5
+# Then one per queue that has something in it: approvals, questions, blocked runs, retry waits.
+INBOX_QUERIES = QUERIES_BEFORE_QUEUES + 4
 
 
 def test_it_lists_every_kind_of_work_waiting_for_a_person(world, as_user):
@@ -117,3 +118,36 @@ def test_it_builds_the_inbox_with_a_fixed_number_of_queries(
         html = client.get("/").content.decode()
     # Each of the four queues lists at most QUEUE_LIMIT.
     assert html.count('class="button small"') == 4 * min(n, QUEUE_LIMIT)
+
+
+@pytest.mark.parametrize(
+    "states, queues",
+    [
+        ((), 0),
+        (("waiting",), 1),
+        (("question",), 1),
+        (("blocked",), 1),
+        (("retry_wait",), 1),
+        (("waiting", "blocked"), 2),
+    ],
+    ids=["all-empty", "approvals", "questions", "attention", "retries", "two"],
+)
+def test_it_reads_no_queue_whose_kept_count_is_zero(
+    world, as_user, django_assert_num_queries, states, queues
+):
+    world.run("completed")
+    world.run("failed")  # counted, but in no queue
+    for state in states:
+        world.run(state)
+    client = as_user("operator")
+    with django_assert_num_queries(QUERIES_BEFORE_QUEUES + queues):
+        html = client.get("/").content.decode()
+    assert html.count('class="button small"') == len(states)
+    empty = {
+        "waiting": "No tool call is waiting for approval.",
+        "question": "No agent is waiting for an answer.",
+        "blocked": "No run is blocked.",
+        "retry_wait": "No run is waiting to retry.",
+    }
+    for state, message in empty.items():
+        assert (message in html) is (state not in states)

@@ -12,9 +12,9 @@ from runtime import clock, submit
 from runtime.models import Run
 from tests.console.conftest import htmx
 
-# session, user, the user's and the groups' permissions; then the known versions, one page, and
-# the page's cost (one query for all its runs).
-RUNS_QUERIES = 7
+# session, user, permissions (user's and groups', in one: agentops.backends); then the known
+# versions, one page, and the page's cost (one query for all its runs).
+RUNS_QUERIES = 6
 
 
 def listed(html: str) -> list[str]:
