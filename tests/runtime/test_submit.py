@@ -6,6 +6,7 @@ workers and its event published once, after the commit that wrote them."""
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -204,6 +205,56 @@ def test_a_failed_submit_inside_a_callers_transaction_leaves_it_usable(agent):
             submit(agent.name, "hi", actor="alice", version="9")
         run = submit(agent.name, "hi", actor="alice")
     assert Run.objects.filter(pk=run.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_is_one_round_trip_and_one_commit(agent, on_postgres):
+    """The cut pinned: PostgreSQL gets one statement, committed alone (no BEGIN, no COMMIT);
+    SQLite one transaction of its plain statements."""
+    submit(agent.name, "warm", actor="alice")  # prepares the statement on this connection
+    connection.ensure_connection()
+    if on_postgres:
+        from psycopg import pq
+
+        with tempfile.NamedTemporaryFile(mode="w+") as trace:
+            pgconn = connection.connection.pgconn
+            pgconn.trace(trace.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            try:
+                run = submit(agent.name, "hi", actor="alice")
+            finally:
+                pgconn.untrace()
+            trace.seek(0)
+            round_trips = sum(1 for line in trace if "\tReadyForQuery" in line)
+        assert round_trips == 1
+        # One commit wrote all three rows: they share the transaction id that wrote them.
+        rows = " UNION ALL ".join(
+            f"SELECT xmin FROM {model._meta.db_table} WHERE {column} = %s"
+            for model, column in ((Session, "id"), (Run, "id"), (Event, "run_id"))
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT count(*), count(DISTINCT xmin::text) FROM ({rows}) AS rows",
+                [run.session_id, run.pk, run.pk],
+            )
+            assert cursor.fetchone() == (3, 1)
+    else:
+        statements: list[str] = []
+        connection.connection.set_trace_callback(statements.append)
+        try:
+            submit(agent.name, "hi", actor="alice")
+        finally:
+            connection.connection.set_trace_callback(None)
+        # sqlite3 reports a statement again for each trigger it fires (the status counts').
+        sent = [s.split()[:3] for i, s in enumerate(statements) if s != statements[i - 1] or not i]
+        assert sent == [
+            ["BEGIN", "IMMEDIATE"],
+            ["SELECT", "version,", "fingerprint"],
+            ["INSERT", "INTO", Session._meta.db_table],
+            ["INSERT", "INTO", Run._meta.db_table],
+            ["INSERT", "INTO", Event._meta.db_table],
+            ["COMMIT"],
+        ], statements
 
 
 @pytest.mark.postgres
