@@ -124,17 +124,27 @@ def submit(
         raise InvalidInput(f"the title must be text, not {type(title).__name__}")
     title = jsonvalues.check_text(title.strip(), what="title")[:200]
     now = clock.now()
+    if session is None:
+        # The common path: the version's lock, the session, the run and its event in one
+        # statement on PostgreSQL (runtime.store.start_session).
+        run = store.start_session(
+            agent,
+            registry.code_fingerprints(agent, version),
+            title=title or message[:80],
+            message=message,
+            actor=actor,
+            now=now,
+        )
+        if run is None:
+            raise NotFound(_no_version(agent, version))
+        dispatch.enqueue_on_commit(run.pk)
+        return run
     with transaction.atomic():
         code = registry.registered_version(agent, version, lock=True)
         if code is None:
-            which = f"version {version!r}" if version else "version"
-            raise NotFound(f"agent {agent!r} has no registered {which} that matches the code")
-        if session is None:
-            chat = store.create_session(agent, title or message[:80], now)
-            seq = 1
-        else:
-            chat = _open_session(session, agent)
-            seq = (chat.runs.aggregate(last=Max("seq"))["last"] or 0) + 1
+            raise NotFound(_no_version(agent, version))
+        chat = _open_session(session, agent)
+        seq = (chat.runs.aggregate(last=Max("seq"))["last"] or 0) + 1
         try:
             # A savepoint: on PostgreSQL a violated constraint aborts the whole transaction.
             with transaction.atomic():
@@ -157,6 +167,11 @@ def submit(
         store.event(run.pk, EventKind.SUBMITTED, actor, agent=code.name, version=code.version)
         dispatch.enqueue_on_commit(run.pk)
     return run
+
+
+def _no_version(agent: str, version: str | None) -> str:
+    which = f"version {version!r}" if version else "version"
+    return f"agent {agent!r} has no registered {which} that matches the code"
 
 
 def _open_session(session_id: Any, agent: str) -> Session:

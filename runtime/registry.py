@@ -69,6 +69,15 @@ def code_agent(name: str, version: str) -> Agent | None:
     return code_agents().get((name, version))
 
 
+def code_fingerprints(name: str, version: str | None = None) -> dict[str, str]:
+    """The fingerprint of each version of `name` (or of `version` alone) defined in code."""
+    return {
+        each: agent.fingerprint
+        for (agent_name, each), agent in code_agents().items()
+        if agent_name == name and version in (None, each)
+    }
+
+
 @contextmanager
 def code_defines(*agents: Agent) -> Iterator[None]:
     """Use exactly `agents` as the code registry inside the block (tests, code-change drills)."""

@@ -4,8 +4,9 @@ events and agent versions — goes through this package, and nothing else writes
 
 - worker.py: the owning worker's writes: the claim, the intent and outcome of every call, the
   run's move out of `running`, a question to a person, the heartbeat. Fenced and on the hot path.
-- verbs.py: the guarded updates of the verbs people use (submit, respond, resolve, retry,
-  cancel); versions.py: the registry's.
+- verbs.py: the writes of the verbs people use (submit, respond, resolve, retry, cancel): their
+  guarded updates, and a new session with its first run (one statement on PostgreSQL, as a
+  worker's record); versions.py: the registry's.
 - surgery.py: the writes of pause and resume, forks and bulk jobs.
 - approvals.py: the writes of the approval policy: work items and their timers, votes,
   receipts, edits, claims.
@@ -49,11 +50,11 @@ from runtime.store.verbs import (
     answer_interaction,
     close_interactions,
     create_run,
-    create_session,
     fresh_attempts,
     mark_not_run,
     move_run,
     settle_operation,
+    start_session,
 )
 from runtime.store.versions import add_version, reactivate_version, retire_version
 from runtime.store.worker import (
@@ -88,7 +89,6 @@ __all__ = [
     "compact_counts",
     "counts",
     "create_run",
-    "create_session",
     "due_run_ids",
     "due_timers",
     "edit_arguments",
@@ -114,6 +114,7 @@ __all__ = [
     "request_interaction",
     "retire_version",
     "settle_operation",
+    "start_session",
     "still_running",
     "transition",
     "use_receipt",

@@ -36,6 +36,10 @@ OperationUpdate = Literal["reintent", "outcome"]
 # the claim's events in log order.
 Claimed = tuple[str, int, str, list[int]]
 
+# What starting a session wrote: its run's row as the database holds it (every column, in the
+# order of the run's fields), and the id of the run's SUBMITTED event.
+Started = tuple[list[Any], int]
+
 
 class Dialect(ABC):
     """The statements of one database and how they are sent. Each method that writes a fenced
@@ -105,6 +109,16 @@ class Dialect(ABC):
         """One event row: its id."""
 
     @abstractmethod
+    def start_session(
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], code: dict[str, str]
+    ) -> Started | None:
+        """A new session (parameters prefixed `s_`), its first run (`r_`; its version and
+        fingerprint are chosen here) and the run's SUBMITTED event (event, actor, now), on the
+        newest registered version of `agent` whose fingerprint is `code`'s (each version in the
+        code, and its fingerprint), its registration locked: what was written, or None, having
+        written nothing, when no registered version matches the code."""
+
+    @abstractmethod
     def record_statements(self) -> dict[str, str]:
         """The record statements as sent, by name, for benchmarks that replay them alone."""
 
@@ -126,6 +140,19 @@ class Dialect(ABC):
             else:
                 with self.begin(db) as cursor:
                     yield cursor
+
+    @contextmanager
+    def write(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+        """A cursor for one write of the store: where the write is one statement and no
+        caller's transaction is open, the statement commits alone (autocommit: no BEGIN and
+        COMMIT round trips); otherwise the write is a `transaction` (a savepoint of the
+        caller's)."""
+        if self.one_statement and not db.in_atomic_block:
+            with db.wrap_database_errors, self.cursor(db) as cursor:
+                yield cursor
+        else:
+            with self.transaction(db) as cursor:
+                yield cursor
 
     def run_id(self, db: BaseDatabaseWrapper, run_id: Any) -> Any:
         # A native uuid on PostgreSQL, 32 hex digits on SQLite: what the ORM would send.

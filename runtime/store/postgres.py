@@ -22,9 +22,12 @@ from typing import Any, ClassVar
 import psycopg
 from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import ForeignKey, Model
 
-from runtime.store.dialect import Claimed, Dialect, OperationUpdate
+from runtime.models import Run, Session
+from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
+    AGENT_VERSION,
     EVENT,
     EVENT_COLUMNS,
     HOLD,
@@ -33,7 +36,10 @@ from runtime.store.sql import (
     OPERATION_COLUMNS,
     OWNED,
     RUN,
+    RUN_COLUMNS,
     RUNNABLE,
+    SESSION,
+    SESSION_COLUMNS,
 )
 
 HELD = f"held AS ({HOLD} RETURNING id)"
@@ -139,6 +145,63 @@ ev AS (
 SELECT status, fence, lease_owner, (SELECT array_agg(id ORDER BY id) FROM ev) FROM claimed"""
 
 
+# The type of each kind of column, for the parameters of an INSERT ... SELECT (a SELECT list
+# gives them none from the INSERT's columns). Text columns take text, so that an over-long
+# value is refused by the column, as the ORM's INSERT has it, where a cast to it would cut it.
+TYPES = {
+    "UUIDField": "uuid",
+    "CharField": "text",
+    "TextField": "text",
+    "JSONField": "jsonb",
+    "DateTimeField": "timestamptz",
+    "PositiveIntegerField": "integer",
+    "PositiveBigIntegerField": "bigint",
+}
+
+
+def typed(model: type[Model], prefix: str, **columns: str) -> str:
+    """A SELECT list of every column of `model`, each its parameter (`prefix` + the column)
+    cast to its type, unless `columns` says what it is instead."""
+    parts = []
+    for field in model._meta.concrete_fields:
+        if field.column in columns:
+            parts.append(columns[field.column])
+            continue
+        kind = (field.target_field if isinstance(field, ForeignKey) else field).get_internal_type()
+        parts.append(f"%({prefix}{field.column})s::{TYPES[kind]}")
+    return ", ".join(parts)
+
+
+# A new session with its first run and the run's SUBMITTED event, as one statement. `chosen`
+# is the newest registered version of the agent whose fingerprint is the code's (`code`: each
+# version in the code and its fingerprint), locked as runtime.registry.unregister locks it, so
+# a concurrent unregister is ordered before or after the whole submit; a version unregistered
+# while this waited for its lock is passed over for the next one. The rest selects FROM it:
+# nothing is written when no version matches (then no row comes back).
+START_SESSION = f"""
+WITH chosen AS (
+    SELECT agent, version, fingerprint FROM {AGENT_VERSION}
+    WHERE agent = %(agent)s AND unregistered_at IS NULL
+        AND fingerprint = %(code)s::jsonb ->> version
+    ORDER BY registered_at DESC, id DESC LIMIT 1
+    FOR UPDATE),
+chat AS (
+    INSERT INTO {SESSION} ({SESSION_COLUMNS})
+    SELECT {typed(Session, "s_")} FROM chosen),
+started AS (
+    INSERT INTO {RUN} ({RUN_COLUMNS})
+    SELECT {typed(Run, "r_", version="chosen.version", fingerprint="chosen.fingerprint")}
+    FROM chosen
+    RETURNING {RUN_COLUMNS}),
+ev AS (
+    INSERT INTO {EVENT} ({EVENT_COLUMNS})
+    SELECT started.id, %(event)s, %(actor)s, '',
+        jsonb_build_object('agent', chosen.agent, 'version', chosen.version), %(now)s
+    FROM started, chosen
+    RETURNING id AS event)
+SELECT {RUN_COLUMNS}, event FROM started, ev"""
+
+
 # A threshold no query reaches: psycopg then prepares only what asks for it (prepare=True).
 _EXPLICIT_ONLY = 2**62
 
@@ -213,6 +276,13 @@ class Postgres(Dialect):
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(self.execute(db, cursor, INSERT_EVENT + " RETURNING id", params).fetchone()[0])
+
+    def start_session(
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], code: dict[str, str]
+    ) -> Started | None:
+        params = {**params, "code": self.json(db, code)}
+        row = self.execute(db, cursor, START_SESSION, params).fetchone()
+        return None if row is None else (list(row[:-1]), int(row[-1]))
 
     def record_statements(self) -> dict[str, str]:
         return {

@@ -4,7 +4,17 @@ when it loads."""
 
 from __future__ import annotations
 
-from runtime.models import AgentVersion, ApprovalRule, Event, Interaction, Operation, Run
+from django.db.models import Model
+
+from runtime.models import (
+    AgentVersion,
+    ApprovalRule,
+    Event,
+    Interaction,
+    Operation,
+    Run,
+    Session,
+)
 
 RUN = Run._meta.db_table
 OPERATION = Operation._meta.db_table
@@ -12,13 +22,27 @@ EVENT = Event._meta.db_table
 INTERACTION = Interaction._meta.db_table
 AGENT_VERSION = AgentVersion._meta.db_table
 APPROVAL_RULE = ApprovalRule._meta.db_table
+SESSION = Session._meta.db_table
 
 OPERATION_COLUMNS = (
     "run_id, key, kind, name, policy, status, input, input_hash, result, is_error, error, "
     "usage, attempts, intent_at, outcome_at"
 )
 EVENT_COLUMNS = "run_id, kind, actor, operation_key, data, created_at"
-RUN_COLUMNS = ", ".join(f'"{field.column}"' for field in Run._meta.concrete_fields)
+
+
+def columns(model: type[Model]) -> str:
+    """Every column of `model`'s table, in the order of its fields (a row's order)."""
+    return ", ".join(f'"{field.column}"' for field in model._meta.concrete_fields)
+
+
+def values(model: type[Model], prefix: str) -> str:
+    """A parameter for every column of `model`, named `prefix` + the column, in that order."""
+    return ", ".join(f"%({prefix}{field.column})s" for field in model._meta.concrete_fields)
+
+
+RUN_COLUMNS = columns(Run)
+SESSION_COLUMNS = columns(Session)
 
 # The one place the rule is written: a worker may claim a run that is queued, a running one
 # whose lease expired (its worker died or stalled), or a retry wait whose timer is due.

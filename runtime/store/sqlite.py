@@ -14,16 +14,21 @@ from typing import Any, ClassVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from runtime.models import RUNTIME, RunStatus
-from runtime.store.dialect import Claimed, Dialect, OperationUpdate
+from runtime.models import RUNTIME, Run, RunStatus, Session
+from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
+    AGENT_VERSION,
     HOLD,
     INSERT_EVENT,
     OPERATION,
     OPERATION_COLUMNS,
     OWNED,
     RUN,
+    RUN_COLUMNS,
     RUNNABLE,
+    SESSION,
+    SESSION_COLUMNS,
+    values,
 )
 
 
@@ -79,6 +84,18 @@ SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
     last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
     updated_at = %(now)s
 WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s""")
+
+# A new session with its first run (its event is EVENT): after REGISTERED_VERSIONS, in one
+# transaction.
+INSERT_SESSION = named(
+    f"INSERT INTO {SESSION} ({SESSION_COLUMNS}) VALUES ({values(Session, 's_')})"
+)
+INSERT_RUN = named(f"INSERT INTO {RUN} ({RUN_COLUMNS}) VALUES ({values(Run, 'r_')})")
+_RUN_PARAMS = [f"r_{field.column}" for field in Run._meta.concrete_fields]
+# The registered versions of the agent, newest first: the first whose fingerprint is the code's
+# is taken (runtime.registry.registered_version's rule; PostgreSQL's START_SESSION has it too).
+REGISTERED_VERSIONS = named(f"""SELECT version, fingerprint FROM {AGENT_VERSION}
+WHERE agent = %(agent)s AND unregistered_at IS NULL ORDER BY registered_at DESC, id DESC""")
 
 
 def move_owned(assignments: str) -> str:
@@ -195,6 +212,30 @@ class Sqlite(Dialect):
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(cursor.execute(EVENT, params).lastrowid)
+
+    def start_session(
+        self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], code: dict[str, str]
+    ) -> Started | None:
+        # The transaction holds the write lock from its BEGIN: no unregister can come between
+        # the versions read and the writes.
+        registered = cursor.execute(REGISTERED_VERSIONS, params).fetchall()
+        chosen = next((v for v, fingerprint in registered if code.get(v) == fingerprint), None)
+        if chosen is None:
+            return None
+        data = {"agent": params["agent"], "version": chosen}
+        params = {
+            **params,
+            "r_version": chosen,
+            "r_fingerprint": code[chosen],
+            "run": params["r_id"],
+            "key": "",
+            "data": self.json(db, data),
+        }
+        cursor.execute(INSERT_SESSION, params)
+        cursor.execute(INSERT_RUN, params)
+        event_id = self.insert_event(db, cursor, params)
+        # The run's row is what was inserted: SQLite keeps the values as they were sent.
+        return [params[name] for name in _RUN_PARAMS], event_id
 
     def record_statements(self) -> dict[str, str]:
         return {

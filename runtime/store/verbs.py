@@ -1,5 +1,6 @@
 """The writes of the verbs people use (runtime/control.py): each a guarded UPDATE that reports
-whether it landed, checked against the transition table, inside the verb's transaction.
+whether it landed, checked against the transition table, inside the verb's transaction; and
+submit's new session, its run and its event, written at once by the dialect (start_session).
 
 The verbs decide (validation, the checks, the errors); these functions write.
 """
@@ -10,9 +11,11 @@ import datetime as dt
 from collections.abc import Collection
 from typing import Any
 
-from django.db.models import F
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Model
 
 from runtime.models import (
+    EventKind,
     Interaction,
     InteractionStatus,
     Operation,
@@ -22,10 +25,66 @@ from runtime.models import (
     Session,
 )
 from runtime.store import transitions
+from runtime.store.dialect import connection, dialect_of
+from runtime.store.events import Written, publish
 
 
-def create_session(agent: str, title: str, now: dt.datetime) -> Session:
-    return Session.objects.create(agent=agent, title=title, created_at=now)
+def start_session(
+    agent: str, code: dict[str, str], *, title: str, message: str, actor: str, now: dt.datetime
+) -> Run | None:
+    """A new session of `agent` titled `title`, its first run on `message`, queued, and the
+    run's SUBMITTED event by `actor`, all at `now`, on the newest registered version of the
+    agent whose fingerprint is the code's (`code`: each version in the code, and its
+    fingerprint): the Run as the ORM reads it, with its session. None, having written nothing,
+    when no registered version matches the code.
+
+    The registration's row lock orders it against a concurrent unregister. One statement on
+    PostgreSQL, committed alone outside a caller's transaction; one transaction on SQLite. The
+    event is published after the commit (the caller's, inside one)."""
+    if not code:
+        return None
+    db = connection()
+    dialect = dialect_of(db)
+    chat = Session(agent=agent, title=title, created_at=now)
+    # A Run as the ORM creates one (its defaults); its version and fingerprint are chosen by
+    # the statement.
+    run = Run(
+        session=chat,
+        seq=1,
+        agent=agent,
+        version="",
+        fingerprint="",
+        input=message,
+        created_at=now,
+        updated_at=now,
+    )
+    params = {
+        "agent": agent,
+        "event": EventKind.SUBMITTED,
+        "actor": actor,
+        "now": dialect.moment(db, now),
+        **_prepared(db, chat, "s_"),
+        **_prepared(db, run, "r_"),
+    }
+    with dialect.write(db) as cursor:
+        started = dialect.start_session(db, cursor, params, code)
+    if started is None:
+        return None
+    row, event_id = started
+    run = dialect.instance(db, Run, row)
+    session_row = [params[f"s_{field.column}"] for field in Session._meta.concrete_fields]
+    Run.session.field.set_cached_value(run, dialect.instance(db, Session, session_row))
+    data = {"agent": run.agent, "version": run.version}
+    publish(db, event_id, Written(run.pk, EventKind.SUBMITTED, "", data, now, actor))
+    return run
+
+
+def _prepared(db: BaseDatabaseWrapper, instance: Model, prefix: str) -> dict[str, Any]:
+    """Each column of a new `instance` as the ORM's INSERT sends it, by `prefix` + column."""
+    return {
+        f"{prefix}{field.column}": field.get_db_prep_save(getattr(instance, field.attname), db)
+        for field in instance._meta.concrete_fields
+    }
 
 
 def create_run(

@@ -18,6 +18,7 @@ from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.registry import code_defines, register
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, fence_hook
 from tests.conftest import make_agent, say
+from tests.support.rows import as_read
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,21 +74,15 @@ def taken_over(run: Run) -> Iterator[Run]:
     yield new
 
 
-def _read(instance: Run | Operation) -> dict[str, tuple[type, object]]:
-    # Type-exact (a uuid and its hex, 1 and True, differ), but a choice is its text.
-    values = {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
-    return {name: (str if isinstance(v, str) else type(v), v) for name, v in values.items()}
-
-
 def test_the_claimed_run_and_a_new_operation_are_as_the_orm_reads_them(claimed):
-    assert _read(claimed) == _read(Run.objects.get(pk=claimed.pk))
+    assert as_read(claimed) == as_read(Run.objects.get(pk=claimed.pk))
     assert (claimed.has_operations, claimed.has_interactions) == (False, False)
     op = intent(claimed)
-    assert _read(op) == _read(Operation.objects.get(pk=op.pk))
+    assert as_read(op) == as_read(Operation.objects.get(pk=op.pk))
     assert op.run is claimed
     expire_lease(claimed.pk)
     again = store.claim(claimed.pk, "w2")
-    assert _read(again) == _read(Run.objects.get(pk=claimed.pk))
+    assert as_read(again) == as_read(Run.objects.get(pk=claimed.pk))
     assert again.last_crash and again.lease_expires_at is not None
     assert (again.has_operations, again.has_interactions) == (True, False)
 
