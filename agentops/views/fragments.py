@@ -8,7 +8,7 @@ pushed fragment equals what a fresh GET renders.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -21,7 +21,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from agentops import live, selectors, work
+from agentops import live, selectors
 from agentops.views.common import reauth_fresh
 from agentops.views.surgery import surgery_context
 from runtime.models import Event, Interaction, Run
@@ -62,10 +62,6 @@ class LivePage:
     # The run whose events concern the page, or None for every run's (the inbox).
     run_id: uuid.UUID | None
     renderer: Renderer
-    # What the page's HTML depends on besides the database, for a user: the sockets of users
-    # with equal keys are sent one render of each event (agentops.consumers.SharedRender). None:
-    # each socket renders its own (pages whose forms carry the CSRF token of the browser).
-    shared_by: Callable[[Any], Hashable] | None = None
 
     def changes_after(self, after: int) -> frozenset[str]:
         """What changed since event `after`: the catch-up of a page that (re)connects."""
@@ -102,17 +98,6 @@ def _inbox(show: str) -> Renderer:
         return _render([INBOX], context, request)
 
     return render
-
-
-def _inbox_key(show: str) -> Callable[[Any], Hashable]:
-    def key(user: Any) -> Hashable:
-        # All the inbox fragment reads besides the database: its filter, the user's name for
-        # their own items ("mine"), and their permissions (`perms`). It has no form (no CSRF
-        # token) and reads nothing of the session.
-        name = user.get_username() if show == "mine" else ""
-        return ("inbox", show, name, frozenset(user.get_all_permissions()))
-
-    return key
 
 
 def _run(run_id: uuid.UUID, every_event: bool) -> Renderer:
@@ -165,8 +150,7 @@ def live_page(
     event of its timeline."""
     if name == "inbox":
         # `key` is the inbox's filter ("mine", "unassigned", "urgent"), for the page's user.
-        show = key if key in work.FILTERS else ""
-        return LivePage((live.INBOX_GROUP,), None, _inbox(show), shared_by=_inbox_key(show))
+        return LivePage((live.INBOX_GROUP,), None, _inbox(key))
     if ident is None:
         return None
     if name == "run" and Run.objects.filter(pk=ident).exists():

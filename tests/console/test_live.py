@@ -15,18 +15,15 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import RedisChannelLayer
-from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from agentops import live
 from agentops.asgi import application
-from agentops.consumers import LiveConsumer, SharedRender
-from agentops.views import fragments as fragments_module
-from agentops.views.fragments import LivePage, change_of, live_page
+from agentops.consumers import LiveConsumer
+from agentops.views.fragments import change_of
 from runtime import cancel, respond, retry
-from runtime.models import Event, EventKind, Permission
+from runtime.models import Event, EventKind
 from tests.console.conftest import without_csrf
-from tests.support.personas import logged_in
 from tests.support.redis_db import flush_redis
 
 ORIGIN = (b"origin", b"http://testserver")
@@ -443,175 +440,3 @@ def test_a_consumer_waits_for_its_next_message_longer_than_the_redis_layers_bloc
             await asyncio.wait_for(layer.receive(channel), timeout=layer.brpop_timeout + 1)
 
     in_sync(scenario)
-
-
-# --- one render of the inbox for every socket that shows it alike -------------------------------
-
-
-def counting_renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The users whose request rendered a live page, one entry per render."""
-    renders: list[str] = []
-    real = LivePage.render
-
-    def render(self: LivePage, request: Any, changes: Any) -> str:
-        renders.append(request.user.get_username())
-        return real(self, request, changes)
-
-    monkeypatch.setattr(LivePage, "render", render)
-    return renders
-
-
-def colleague(name: str, group: str) -> Client:
-    user = User.objects.create(username=name)
-    user.groups.add(Group.objects.get(name=group))
-    return logged_in(user)
-
-
-def cancelling(capture: Any, run_id: Any) -> Callable[[], Any]:
-    """One event for the inbox: a waiting run cancelled."""
-    return acting(capture, lambda: cancel(run_id, actor="bob"))
-
-
-def test_one_event_is_rendered_once_for_every_socket_on_the_inbox(
-    world, as_user, monkeypatch, django_capture_on_commit_callbacks
-):
-    run = world.run("waiting")
-    waiting = world.pending(run)
-    clients = [as_user("operator"), *(colleague(f"op{n}", "operators") for n in range(4))]
-    for client in clients:
-        client.get("/")
-    renders = counting_renders(monkeypatch)
-    seen = Event.objects.order_by("-id")[0].pk
-
-    async def scenario() -> list[str]:
-        sockets = [socket("/ws/inbox/", client) for client in clients]
-        for ws in sockets:
-            assert (await ws.connect())[0]
-        await cancelling(django_capture_on_commit_callbacks, run.pk)()
-        pushed = [await ws.receive_from(timeout=3) for ws in sockets]
-        for ws in sockets:
-            assert await ws.receive_nothing(timeout=0.2)
-            await ws.disconnect()
-        return pushed
-
-    pushed = in_sync(scenario)
-    assert Event.objects.filter(pk__gt=seen).exclude(kind__in=live.PROGRESS_KINDS).count() == 1
-    assert len(renders) == 1  # five sockets, one event: one render
-    assert len(set(pushed)) == 1
-    inbox = fragments(pushed[0])["inbox"]
-    assert f"/interactions/{waiting.pk}/" not in inbox  # read after the commit
-    for client in clients:
-        assert without_csrf(inbox) in without_csrf(client.get("/").content.decode())
-
-
-def test_users_who_see_different_html_never_share_a_render(
-    world, as_user, monkeypatch, django_capture_on_commit_callbacks
-):
-    """A viewer may not decide, an operator may: marked in each render by its permission, as a
-    fragment showing decide buttons would be, each socket gets its own user's render."""
-    run = world.run("waiting")
-    world.run("waiting")
-    viewer, operator = as_user("viewer"), as_user("operator")
-    other_viewer = colleague("vera", "viewers")
-    for client in (viewer, operator, other_viewer):
-        client.get("/")
-    renders = counting_renders(monkeypatch)
-    real = fragments_module._render
-
-    def render(names: Any, context: Any, request: Any) -> list[str]:
-        decides = request.user.has_perm(Permission.RESPOND)
-        return [f"{html}<!-- decides: {decides} -->" for html in real(names, context, request)]
-
-    monkeypatch.setattr(fragments_module, "_render", render)
-
-    async def scenario() -> list[str]:
-        sockets = [socket("/ws/inbox/", client) for client in (viewer, operator, other_viewer)]
-        for ws in sockets:
-            assert (await ws.connect())[0]
-        await cancelling(django_capture_on_commit_callbacks, run.pk)()
-        pushed = [await ws.receive_from(timeout=3) for ws in sockets]
-        for ws in sockets:
-            await ws.disconnect()
-        return pushed
-
-    to_viewer, to_operator, to_other_viewer = in_sync(scenario)
-    assert sorted(renders) in (["operator", "viewer"], ["operator", "vera"])
-    assert to_viewer.endswith("<!-- decides: False -->")
-    assert to_other_viewer == to_viewer  # the same permissions: the same render
-    assert to_operator.endswith("<!-- decides: True -->")
-    for client, pushed in ((viewer, to_viewer), (operator, to_operator)):
-        inbox = fragments(pushed)["inbox"].rsplit("<!--", 1)[0]
-        assert without_csrf(inbox) in without_csrf(client.get("/").content.decode())
-
-
-def test_the_inbox_of_their_own_items_is_keyed_by_the_user():
-    mine, everyone = live_page("inbox", None, "mine"), live_page("inbox", None, "")
-    assert mine is not None and everyone is not None
-    assert mine.shared_by is not None and everyone.shared_by is not None
-
-    class Operator:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def get_username(self) -> str:
-            return self.name
-
-        def get_all_permissions(self) -> set[str]:
-            return {Permission.VIEW, Permission.RESPOND}
-
-    ann, bob = Operator("ann"), Operator("bob")
-    assert mine.shared_by(ann) != mine.shared_by(bob)
-    assert everyone.shared_by(ann) == everyone.shared_by(bob)
-    assert mine.shared_by(ann) != everyone.shared_by(ann)
-
-
-def test_a_socket_takes_the_first_render_started_after_its_event():
-    shared = SharedRender()
-    log: list[str] = []
-    status = frozenset({"status"})
-
-    def render(changes: frozenset[str]) -> str:
-        log.append(f"render {shared.started}")
-        return f"state {shared.started}"
-
-    async def scenario() -> list[tuple[int, str]]:
-        e1 = shared.need(1)  # event 1 arrives at a first socket: nothing started yet
-        first = asyncio.ensure_future(shared.render(e1, status, render))
-        await asyncio.sleep(0.05)  # render 1 starts
-        e2 = shared.need(2)  # event 2 arrives after render 1 started: it may not show it
-        assert (e1, e2) == (0, 1)
-        assert shared.need(1) == 0  # event 1 arriving at a second socket: noted already
-        return [
-            await first,
-            await shared.render(shared.need(1), status, render),
-            await shared.render(shared.need(2), status, render),
-        ]
-
-    results = async_to_sync(scenario)()
-    # Event 1 at both sockets: render 1, once; event 2 (after render 1 had started): render 2.
-    assert results == [(1, "state 1"), (1, "state 1"), (2, "state 2")]
-    assert log == ["render 1", "render 2"]
-
-
-def test_a_socket_sends_no_render_older_than_the_last_it_sent():
-    consumer = LiveConsumer()
-    consumer.page = LivePage(("inbox",), None, lambda request, changes: [])
-    consumer.rendering = asyncio.Lock()
-    consumer.shared = SharedRender()
-    sent: list[str] = []
-    rendered = iter([(2, "newer"), (1, "older")])
-
-    async def send(text_data: str) -> None:
-        sent.append(text_data)
-
-    async def render(after: int, changes: frozenset[str], _: Any) -> tuple[int, str]:
-        return next(rendered)
-
-    consumer.send = send  # type: ignore[method-assign]
-    consumer.shared.render = render  # type: ignore[method-assign]
-    status, both = frozenset({"status"}), frozenset({"status", "progress"})
-    # A catch-up's render (2) is sent; then events noted before render 1 come in.
-    async_to_sync(consumer._push)(status, 1)
-    async_to_sync(consumer._push)(status, 0)  # render 2 showed it: not even asked for
-    async_to_sync(consumer._push)(both, 0)  # asked for, and given render 1: older, not sent
-    assert sent == ["newer"]
