@@ -205,18 +205,13 @@ def _record(
         if carrying is not None:
             params.update(carrying.params)
         atomic = atomic or (carrying is not None and faults.active())
-        if atomic or not dialect.one_statement or db.in_atomic_block:
-            with dialect.transaction(db) as cursor:
-                yield db, dialect, cursor, params
-                if carrying is not None:
-                    # Model requests are reached as "model" at every window, as the harness
-                    # targets them.
-                    faults.reach(
-                        "during_outcome", run, carrying.op.key, _operation_name(carrying.op)
-                    )
-        else:
-            with db.wrap_database_errors, dialect.cursor(db) as cursor:
-                yield db, dialect, cursor, params
+        with dialect.transaction(db) if atomic else dialect.write(db) as cursor:
+            yield db, dialect, cursor, params
+            if carrying is not None and atomic:
+                # Only where a crash can be injected (elsewhere the window does nothing), and
+                # then inside the transaction. Model requests are reached as "model" at every
+                # window, as the harness targets them.
+                faults.reach("during_outcome", run, carrying.op.key, _operation_name(carrying.op))
 
 
 def _published(
