@@ -127,12 +127,3 @@ def test_a_nul_in_the_address_is_refused_by_the_stack() -> None:
 
     assert response["status"] == 400
     assert b"NUL character" in response["body"]
-
-
-def test_an_unknown_run_is_the_not_found_page() -> None:
-    cookie = session_cookie(console_user("operator"))
-
-    response = serve(django_asgi_app, "/runs/00000000-0000-4000-8000-000000000000/", cookie=cookie)
-
-    assert response["status"] == 404
-    assert header(response, b"cache-control") == "no-store"
