@@ -4,17 +4,25 @@ A page opens a socket for what it shows (the inbox, a run, an approval, a reconc
 socket requires a logged-in user allowed to see the console (the origin is checked in
 agentops.asgi). On open, the page sends the last event id it has seen ({"after": N}); the
 consumer answers with the fragments that changed since, which is how a reconnecting page
-catches up from the event log. An event is rendered at once; the events that arrive while a
-render is in flight are rendered together after it, so a burst costs one render more, not one
-per event. A push may land while the page's own action is in flight: the page then keeps that
-action's region and catches up when it ends (static/agentops/console.js).
+catches up from the event log. A push may land while the page's own action is in flight: the
+page then keeps that action's region and catches up when it ends (static/agentops/console.js).
+
+What an event costs does not grow with the sockets that show it. The sockets of pages that show
+the same HTML whoever looks (the inbox, per filter) share their renders (`Renders`: one at a
+time, each serving every socket waiting for it), and a socket sends at most `FRAME_BURST`
+frames at once and `FRAME_RATE` a second after that, each the newest render there is. An event
+alone is pushed at once; under a stream of events a socket's frames stay few, however fast
+renders could be made (an inbox frame is the whole fragment, some 50 KB at 25 rows a queue).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -25,18 +33,86 @@ from agentops import live
 from agentops.views.common import VIEW
 from agentops.views.fragments import LivePage, change_of, live_page, socket_request
 
+# A socket's frames: a burst of this many at once, then this many a second (a token bucket).
+# Five a second keeps an event's wait under a stream of them near 200 ms.
+FRAME_BURST = 5
+FRAME_RATE = 5.0
+
+
+@dataclass(frozen=True)
+class Render:
+    # When it began reading the database (time.monotonic, the event loop's clock too).
+    began: float
+    changes: frozenset[str]
+    message: str  # "" when nothing on the page changed
+
+
+class Renders:
+    """The renders of one page, one at a time, for the sockets that show it.
+
+    A socket asks for a render of its changes that began reading the database after the oldest
+    event it has not sent arrived (the event committed before it was published, so such a
+    render shows it): the latest render if it qualifies, or the one in flight if it had not
+    begun when the event came, or else a new one once the one in flight is done. However many
+    sockets wait, one render serves them all.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.sockets = 0
+        self.latest: asyncio.Future[Render] | None = None
+        self.changes: frozenset[str] = frozenset()  # the latest render's
+        # When the latest render began reading; None until its thread has started it.
+        self.began: float | None = None
+
+    async def after(
+        self, moment: float, changes: frozenset[str], render: Callable[[frozenset[str]], str]
+    ) -> Render:
+        while True:
+            latest = self.latest
+            if latest is None or latest.cancelled() or (latest.done() and latest.exception()):
+                break
+            if not latest.done():
+                if changes <= self.changes and (self.began is None or self.began > moment):
+                    return await asyncio.shield(latest)
+                await asyncio.wait({latest})  # not the one: the next, once this one is done
+                continue
+            done = latest.result()
+            if changes <= done.changes and done.began > moment:
+                return done
+            break
+        return await self._start(changes, render)
+
+    def _start(
+        self, changes: frozenset[str], render: Callable[[frozenset[str]], str]
+    ) -> asyncio.Future[Render]:
+        self.began, self.changes = None, changes
+
+        def begin() -> Render:
+            self.began = began = time.monotonic()
+            return Render(began, changes, render(changes))
+
+        # A task of its own: a socket that closes while waiting leaves it to the others.
+        self.latest = asyncio.ensure_future(database_sync_to_async(begin)())
+        return asyncio.shield(self.latest)
+
+
+# This process's shared renders, by LivePage.shared, while a socket shows them (on the loop
+# that serves its websockets: a test may run several loops one after another).
+_shared: dict[tuple[str, ...], Renders] = {}
+
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
     """One open console page. Route kwargs: `page`, and `ident` for a run or interaction."""
 
     page: LivePage | None = None
+    renders: Renders | None = None
 
     async def connect(self) -> None:
-        self.pending: set[str] = set()
+        # The events not sent yet, oldest first: when each arrived, and what it changes.
+        self.pending: list[tuple[float, str]] = []
         self.flush_task: asyncio.Task[None] | None = None
-        # One render at a time, each reading the database after the previous one was sent, so
-        # a push never overtakes a newer one with older state.
-        self.rendering = asyncio.Lock()
+        self.tokens, self.refilled = float(FRAME_BURST), time.monotonic()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()
@@ -45,6 +121,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.page is None:
             await self.close()
             return
+        shared = self.page.shared
+        renders = _shared.get(shared) if shared is not None else None
+        if renders is None or renders.loop is not asyncio.get_running_loop():
+            renders = Renders()
+            if shared is not None:
+                _shared[shared] = renders
+        self.renders = renders
+        renders.sockets += 1
         for group in self.page.groups:
             await self.channel_layer.group_add(group, self.channel_name)
         live.attach_loop(asyncio.get_running_loop())
@@ -56,18 +140,26 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         kwargs = self.scope["url_route"]["kwargs"]
         ident = kwargs.get("ident")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        key = query.get("key", [""])[0]
-        events = query.get("events", [""])[0]
         return live_page(
-            kwargs["page"], ident if isinstance(ident, uuid.UUID) else None, key, events
+            kwargs["page"],
+            ident if isinstance(ident, uuid.UUID) else None,
+            key=query.get("key", [""])[0],
+            events=query.get("events", [""])[0],
+            user=user.get_username(),
         )
 
     async def disconnect(self, code: int) -> None:
         if self.flush_task is not None:
             self.flush_task.cancel()
-        if self.page is not None:
-            for group in self.page.groups:
-                await self.channel_layer.group_discard(group, self.channel_name)
+        if self.page is None or self.renders is None:
+            return
+        for group in self.page.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.renders.sockets -= 1
+        shared = self.page.shared
+        if self.renders.sockets == 0 and shared is not None and _shared.get(shared) is self.renders:
+            del _shared[shared]
+        self.renders = None
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -91,30 +183,40 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         after = content.get("after")
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             return
-        changes = await database_sync_to_async(self.page.changes_after)(after)
-        if changes:
-            await self._push(changes)
+        self._want(await database_sync_to_async(self.page.changes_after)(after))
 
     async def live_event(self, message: dict[str, Any]) -> None:
-        """A committed event from agentops.live.publish: rendered now, or with the others that
-        arrive while a render is in flight."""
-        self.pending.add(change_of(str(message.get("kind", ""))))
-        if self.flush_task is None or self.flush_task.done():
+        """A committed event from agentops.live.publish: pushed now, or with the others that
+        arrive before this socket's next frame."""
+        self._want({change_of(str(message.get("kind", "")))})
+
+    def _want(self, changes: set[str] | frozenset[str]) -> None:
+        arrived = time.monotonic()
+        self.pending.extend((arrived, change) for change in sorted(changes))
+        if self.pending and (self.flush_task is None or self.flush_task.done()):
             self.flush_task = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
-        # No waiting for more: the first event is pushed as soon as it is rendered. Whatever
-        # arrives during a render is gathered in `pending` and sent by the next round, in one.
+        # One frame at a time, each from a render newer than the last sent, so a push never
+        # overtakes a newer one with older state. What arrives meanwhile goes in the next.
+        assert self.renders is not None
         while self.pending:
-            changes, self.pending = frozenset(self.pending), set()
-            await self._push(changes)
+            await self._spend_token()
+            changes = frozenset(change for _, change in self.pending)
+            done = await self.renders.after(self.pending[0][0], changes, self._render)
+            # What arrived before the render began is in it; the rest waits for the next frame.
+            self.pending = [(at, change) for at, change in self.pending if at >= done.began]
+            if done.message:
+                await self.send(text_data=done.message)
 
-    async def _push(self, changes: frozenset[str]) -> None:
-        assert self.page is not None
-        async with self.rendering:
-            html = await database_sync_to_async(self._render)(changes)
-            if html:
-                await self.send(text_data=html)
+    async def _spend_token(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(FRAME_BURST, self.tokens + (now - self.refilled) * FRAME_RATE)
+        self.refilled = now
+        if self.tokens < 1:
+            await asyncio.sleep((1 - self.tokens) / FRAME_RATE)
+            self.tokens, self.refilled = 1.0, time.monotonic()
+        self.tokens -= 1
 
     def _render(self, changes: frozenset[str]) -> str:
         assert self.page is not None

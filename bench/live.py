@@ -11,9 +11,9 @@ the first frame that covers it (each frame carries the id of the newest event it
   embedded  SQLite, `manage.py serve` alone: its in-process worker (the sweep picks the runs
             up) and the in-memory channel layer.
 
-The consumer renders an event as soon as it arrives and gathers only the events that arrive
-while a render is in flight (agentops/consumers.py): the render is part of what is measured. The
-commit time is taken by the process that committed, as its publish hook starts (`publish` below:
+The consumer renders an event alone as soon as it arrives (a socket's frame budget, in
+agentops/consumers.py, holds back only a stream of them): the render is part of what is
+measured. The commit time is taken by the process that committed, as its publish hook starts (`publish` below:
 the hook runs right after COMMIT returns). The event's created_at is taken before its statement
 runs (and, for a claim, before the worker has its connection), so a latency from it also counts
 the statement and its commit: both are reported, the target is the one from the commit. The

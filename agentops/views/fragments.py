@@ -21,7 +21,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from agentops import live, selectors
+from agentops import live, selectors, work
 from agentops.views.common import reauth_fresh
 from agentops.views.surgery import surgery_context
 from runtime.models import Event, Interaction, Run
@@ -62,6 +62,9 @@ class LivePage:
     # The run whose events concern the page, or None for every run's (the inbox).
     run_id: uuid.UUID | None
     renderer: Renderer
+    # The sockets whose pages have the same key show the same HTML, whoever their users, and
+    # share its renders (agentops.consumers.Renders); None: the page's HTML is its user's own.
+    shared: tuple[str, ...] | None = None
 
     def changes_after(self, after: int) -> frozenset[str]:
         """What changed since event `after`: the catch-up of a page that (re)connects."""
@@ -142,15 +145,19 @@ def _reconcile(run_id: uuid.UUID, key: str) -> Renderer:
 
 
 def live_page(
-    name: str, ident: uuid.UUID | None, key: str = "", events: str = ""
+    name: str, ident: uuid.UUID | None, key: str = "", events: str = "", user: str = ""
 ) -> LivePage | None:
     """The live page `name` for object `ident`, or None if that object does not exist.
 
     `key`: the operation a reconcile page shows; `events`: "all" on a run page showing every
-    event of its timeline."""
+    event of its timeline; `user`: the username of the page's user."""
     if name == "inbox":
         # `key` is the inbox's filter ("mine", "unassigned", "urgent"), for the page's user.
-        return LivePage((live.INBOX_GROUP,), None, _inbox(key))
+        show = key if key in work.FILTERS else ""
+        # The inbox shows nothing of its user but what "mine" keeps (tests/console/test_live.py
+        # renders it for two users to hold this).
+        shared = ("inbox", show, user if show == "mine" else "")
+        return LivePage((live.INBOX_GROUP,), None, _inbox(show), shared)
     if ident is None:
         return None
     if name == "run" and Run.objects.filter(pk=ident).exists():

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,9 +20,10 @@ from django.test import Client
 
 from agentops import live
 from agentops.asgi import application
-from agentops.consumers import LiveConsumer
-from agentops.views.fragments import change_of
-from runtime import cancel, respond, retry
+from agentops.consumers import FRAME_BURST, FRAME_RATE, LiveConsumer, Renders
+from agentops.views.fragments import STATUS, live_page, socket_request
+from agentops.work import FILTERS
+from runtime import cancel, respond, retry, work
 from runtime.models import Event, EventKind
 from tests.console.conftest import without_csrf
 from tests.support.redis_db import flush_redis
@@ -373,54 +375,186 @@ def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monk
     assert scheduled == []
 
 
-def test_it_sends_the_events_that_arrive_while_a_push_renders():
+def bare_consumer(
+    renders: Renders, render: Callable[[frozenset[str]], str]
+) -> tuple[LiveConsumer, list[str]]:
+    """A consumer as `connect` leaves it, its renders made by `render`, its frames kept."""
     consumer = LiveConsumer()
-    consumer.pending = {"status"}
-    consumer.rendering = asyncio.Lock()
-    pushes: list[frozenset[str]] = []
+    consumer.pending, consumer.flush_task = [], None
+    consumer.tokens, consumer.refilled = float(FRAME_BURST), time.monotonic()
+    consumer.renders = renders
+    consumer._render = render  # type: ignore[method-assign]
+    sent: list[str] = []
 
-    async def push(changes: frozenset[str]) -> None:
-        pushes.append(changes)
-        if len(pushes) == 1:
-            consumer.pending.add("progress")  # committed while the first push rendered
+    async def send(text_data: str) -> None:
+        sent.append(text_data)
 
-    consumer._push = push  # type: ignore[method-assign]
-    async_to_sync(consumer._flush)()
-    assert pushes == [frozenset({"status"}), frozenset({"progress"})]
+    consumer.send = send  # type: ignore[method-assign]
+    return consumer, sent
 
 
-def test_it_renders_the_first_event_at_once_and_a_burst_during_its_render_once():
-    consumer = LiveConsumer()
-    consumer.pending = set()
-    consumer.flush_task = None
-    consumer.rendering = asyncio.Lock()
-    renders: list[frozenset[str]] = []
+async def began(rendered: list[Any]) -> None:
+    """Until the first render has begun (it runs in another thread)."""
+    while not rendered:
+        await asyncio.sleep(0.001)
 
-    async def scenario() -> None:
-        first_render_open = asyncio.Event()
 
-        async def push(changes: frozenset[str]) -> None:
-            renders.append(changes)
-            if len(renders) == 1:
-                await first_render_open.wait()  # the first render is still in flight
+WAITING = {"kind": EventKind.WAITING}
 
-        consumer._push = push  # type: ignore[method-assign]
+
+def test_an_event_alone_is_pushed_at_once_and_those_during_its_render_in_one_frame_after():
+    gate = threading.Event()
+    rendered: list[frozenset[str]] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(changes)
+        if len(rendered) == 1:
+            gate.wait(timeout=10)  # the first render is still in flight
+        return f"frame {len(rendered)}"
+
+    async def scenario() -> list[str]:
+        consumer, sent = bare_consumer(Renders(), render)
         await consumer.live_event({"kind": EventKind.SUBMITTED})
-        await asyncio.sleep(0)  # one turn of the loop: no gathering time before the render
-        assert renders == [frozenset({"status"})]
+        await asyncio.wait_for(began(rendered), timeout=10)  # no gathering time before it
         for kind in (EventKind.CLAIMED, EventKind.INTENT, EventKind.OUTCOME, EventKind.WAITING):
             await consumer.live_event({"kind": kind})
-        first_render_open.set()
+        gate.set()
         assert consumer.flush_task is not None
         await consumer.flush_task
+        assert consumer.pending == []
+        return sent
 
-    async_to_sync(scenario)()
     # Five events, two renders: the first alone, the four that came during it together.
-    assert len(renders) == 2
-    assert renders[1] == frozenset(
-        change_of(kind)
-        for kind in (EventKind.CLAIMED, EventKind.INTENT, EventKind.OUTCOME, EventKind.WAITING)
-    )
+    assert async_to_sync(scenario)() == ["frame 1", "frame 2"]
+    assert rendered == [frozenset({"status"}), frozenset({"status", "progress"})]
+
+
+def test_fifty_sockets_that_show_a_page_alike_share_its_render_of_an_event():
+    rendered: list[frozenset[str]] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(changes)
+        time.sleep(0.01)
+        return f"frame {len(rendered)}"
+
+    async def scenario() -> list[tuple[LiveConsumer, list[str]]]:
+        renders = Renders()
+        sockets = [bare_consumer(renders, render) for _ in range(50)]
+        for consumer, _ in sockets:
+            await consumer.live_event(WAITING)
+        await asyncio.gather(*(consumer.flush_task for consumer, _ in sockets))
+        return sockets
+
+    sockets = async_to_sync(scenario)()
+    # One render (two if the first began before the event reached every socket), not fifty.
+    assert 1 <= len(rendered) <= 2
+    assert [len(sent) for _, sent in sockets] == [1] * 50
+    assert all(consumer.pending == [] for consumer, _ in sockets)
+
+
+def test_a_stream_of_events_costs_a_socket_its_frame_budget_and_its_last_frame_shows_all():
+    """The bound the load benchmark once lacked: shared renders, sent as fast as they were
+    made, flooded 50 sockets with 12,558 frames in a minute (docs/performance.md)."""
+    rendered: list[float] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(time.monotonic())
+        time.sleep(0.002)
+        return f"frame {len(rendered)}"
+
+    async def scenario() -> tuple[list[tuple[LiveConsumer, list[str]]], float]:
+        renders = Renders()
+        sockets = [bare_consumer(renders, render) for _ in range(20)]
+        started = time.monotonic()
+        for _ in range(150):  # an event every few milliseconds, to every socket
+            for consumer, _ in sockets:
+                await consumer.live_event(WAITING)
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*(consumer.flush_task for consumer, _ in sockets))
+        return sockets, time.monotonic() - started
+
+    sockets, elapsed = async_to_sync(scenario)()
+    budget = FRAME_BURST + FRAME_RATE * elapsed + 1
+    frames = [len(sent) for _, sent in sockets]
+    assert max(frames) <= budget, (frames, elapsed)
+    # The renders do not grow with the sockets: about one socket's frames, not twenty's.
+    assert len(rendered) <= 2 * budget, (len(rendered), elapsed)
+    # Nothing lost: every socket's last frame is from a render begun after its last event.
+    assert all(consumer.pending == [] for consumer, _ in sockets)
+    assert all(sent[-1] == sockets[0][1][-1] for _, sent in sockets)
+
+
+def test_a_failed_render_is_not_reused_the_next_event_renders_again():
+    calls: list[int] = []
+
+    def render(changes: frozenset[str]) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the database went away")
+        return "frame"
+
+    async def scenario() -> list[str]:
+        consumer, sent = bare_consumer(Renders(), render)
+        await consumer.live_event(WAITING)
+        assert consumer.flush_task is not None
+        with pytest.raises(RuntimeError, match="went away"):
+            await consumer.flush_task
+        await consumer.live_event(WAITING)
+        await consumer.flush_task
+        assert consumer.pending == []
+        return sent
+
+    assert async_to_sync(scenario)() == ["frame"]
+    assert len(calls) == 2
+
+
+def test_a_socket_that_closes_while_a_render_is_in_flight_leaves_it_to_the_others():
+    gate = threading.Event()
+    rendered: list[int] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(1)
+        gate.wait(timeout=10)
+        return "frame"
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        renders = Renders()
+        (first, first_sent), (second, second_sent) = (
+            bare_consumer(renders, render),
+            bare_consumer(renders, render),
+        )
+        await first.live_event(WAITING)
+        await second.live_event(WAITING)
+        await asyncio.wait_for(began(rendered), timeout=10)
+        assert first.flush_task is not None and second.flush_task is not None
+        first.flush_task.cancel()
+        await asyncio.sleep(0)
+        gate.set()
+        await second.flush_task
+        return first_sent, second_sent
+
+    assert async_to_sync(scenario)() == ([], ["frame"])
+    assert rendered == [1]
+
+
+def test_inbox_pages_with_one_share_key_render_alike_for_any_user(world, users):
+    """Sockets share an inbox render by LivePage.shared: what differs between users must be
+    in the key. "mine" keeps a user's own items, and no other filter shows the user at all."""
+    assigned, claimed = world.pending(world.run("waiting")), world.pending(world.run("waiting"))
+    work.assign(assigned.pk, "approver", actor="operator")
+    work.claim(claimed.pk, actor="operator")
+
+    def inbox(show: str, persona: str) -> tuple[tuple[str, ...] | None, str]:
+        page = live_page("inbox", None, key=show, user=users[persona].get_username())
+        assert page is not None
+        return page.shared, page.render(socket_request(users[persona], {}), {STATUS})
+
+    for show in [*FILTERS, "no-such-filter"]:
+        (key_a, html_a), (key_b, html_b) = inbox(show, "approver"), inbox(show, "operator")
+        assert (key_a == key_b) == (html_a == html_b), show
+        assert (key_a == key_b) == (show != "mine"), show
+    assert f"/interactions/{assigned.pk}/" in inbox("mine", "approver")[1]
+    assert f"/interactions/{assigned.pk}/" not in inbox("mine", "operator")[1]
 
 
 @pytest.mark.postgres  # the pass whose live updates go through the Redis channel layer
