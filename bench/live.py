@@ -13,11 +13,12 @@ the first frame that covers it (each frame carries the id of the newest event it
 
 The consumer renders an event alone as soon as it arrives (a socket's frame budget, in
 agentops/consumers.py, holds back only a stream of them): the render is part of what is
-measured. The commit time is taken by the process that committed, as its publish hook starts (`publish` below:
-the hook runs right after COMMIT returns). The event's created_at is taken before its statement
-runs (and, for a claim, before the worker has its connection), so a latency from it also counts
-the statement and its commit: both are reported, the target is the one from the commit. The
-baseline, measured in the same run on the same socket: a websocket ping's round trip.
+measured. The commit time is taken by the process that committed, as its publish hook starts
+(`publish` below: the hook runs right after COMMIT returns). The event's created_at is taken
+before its statement runs (and, for a claim, before the worker has its connection), so a latency
+from it also counts the statement and its commit: both are reported, the target is the one from
+the commit. The baseline, measured in the same run on the same socket: a websocket ping's round
+trip.
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ share of the work. Targets: page p95 under 150 ms (logging in aside), live p95 u
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import csv
+import itertools
 import json
 import os
 import re
@@ -109,6 +111,19 @@ class Submitter(harness.Called):
         rows = Event.objects.filter(pk__in=event_ids).values_list("pk", "created_at")
         return {str(pk): created.timestamp() for pk, created in rows}
 
+    def inbox_events(self) -> list[tuple[int, float]]:
+        """Every event the inbox is sent (agentops.live.groups_for), with when it committed."""
+        from agentops import live
+        from runtime.models import Event
+
+        rows = (
+            Event.objects.filter(run__isnull=False)
+            .exclude(kind__in=live.PROGRESS_KINDS)
+            .order_by("pk")
+            .values_list("pk", "created_at")
+        )
+        return [(pk, created.timestamp()) for pk, created in rows]
+
 
 def cpu_seconds(pid: int | str = "self") -> float:
     """A process's CPU time so far, user and system (Linux: /proc/<pid>/stat), in seconds."""
@@ -117,6 +132,34 @@ def cpu_seconds(pid: int | str = "self") -> float:
     # is the first, utime and stime the 12th and 13th (fields 14 and 15 of proc(5)).
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def event_waits(
+    frames: list[tuple[float, int, int]], events: list[tuple[int, float]]
+) -> tuple[list[float], int]:
+    """For every socket and every inbox event committed while it was open: the wait from the
+    commit to the first frame of that socket showing it (newest event id at least the event's),
+    in ms; and how many such events no frame of the socket showed by the end. A socket's first
+    entry, with event id 0, is when it opened."""
+    by_socket: dict[int, list[tuple[float, int]]] = collections.defaultdict(list)
+    for arrival, event, socket in frames:
+        by_socket[socket].append((arrival, event))
+    waits: list[float] = []
+    unshown = 0
+    for received in by_socket.values():
+        received.sort()
+        # The first frame showing event id >= n: a running maximum of the ids, searched.
+        newest = list(itertools.accumulate((event for _, event in received), max))
+        opened = received[0][0]
+        for event, committed in events:
+            if committed < opened:
+                continue
+            at = bisect.bisect_left(newest, event)
+            if at == len(newest):
+                unshown += 1
+            else:
+                waits.append(1000 * (received[at][0] - committed))
+    return waits, unshown
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -234,6 +277,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 runs = call("runs")
                 frames = json.loads(frames_file.read_text()) if frames_file.exists() else []
                 committed = call("committed", event_ids=sorted({f[1] for f in frames}))
+                inbox_events = call("inbox_events")
                 server_rss, worker_rss = server.peak_rss_mb(), workers.peak_rss_mb()
             finally:
                 workers.stop()
@@ -259,9 +303,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         ]
     live = [
         1000 * (arrival - committed[str(event)])
-        for arrival, event in frames
+        for arrival, event, _ in frames
         if str(event) in committed
     ]
+    shown, unshown = event_waits(frames, inbox_events)
     return {
         "seconds": seconds,
         "users": args.users,
@@ -271,7 +316,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "failures": failures,
         "why": why + [f"server: {line} ({n}x)" for line, n in raised.most_common(5)],
         "live_ms": live,
-        "frames": len(frames),
+        "event_ms": shown,
+        "events_unshown": unshown,
+        "frames": sum(1 for _, event, _ in frames if event),
         "submitted": driven["submitted"],
         "runs": runs,
         "server_rss_mb": server_rss,
@@ -299,6 +346,17 @@ def report(result: dict[str, Any]) -> tuple[str, bool]:
                 _percentile(live, 0.95),
             ]
         )
+    waits = result["event_ms"]
+    if waits:
+        rows.append(
+            [
+                "live: commit -> first frame showing it",
+                len(waits),
+                "",
+                statistics.median(waits),
+                _percentile(waits, 0.95),
+            ]
+        )
     completed = result["runs"].get("completed", 0)
     lines = [
         f"Under load: {result['users']} operators (Locust), {result['rate']:g} runs/s submitted "
@@ -310,7 +368,8 @@ def report(result: dict[str, Any]) -> tuple[str, bool]:
         f"Runs: {result['submitted']} submitted, {completed} completed; at the end "
         + ", ".join(f"{n} {status}" for status, n in sorted(result["runs"].items()))
         + f". Requests: {result['requests']}, failures: {result['failures']}; websocket frames: "
-        f"{result['frames']}. Peak RSS: server {result['server_rss_mb']:.0f} MB, "
+        f"{result['frames']} ({result['events_unshown']} events a socket had not shown by "
+        f"the end). Peak RSS: server {result['server_rss_mb']:.0f} MB, "
         f"a worker {result['worker_rss_mb']:.0f} MB.",
         "",
     ]

@@ -4,8 +4,8 @@ search, a run page — and decides approvals by posting the real form with its C
 
 Run by bench/load.py (`locust -f bench/locustfile.py --headless ...`) with its environment:
 LOAD_SESSIONS (a JSON list of the operators' session cookies, one per simulated operator: they
-are logged in beforehand), LOAD_FRAMES (a file where every websocket frame's arrival time and
-newest event id are written when Locust quits).
+are logged in beforehand), LOAD_FRAMES (a file where every websocket frame's arrival time, newest
+event id and socket are written when Locust quits).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 CURSOR = re.compile(r'id="live-cursor" data-event="(\d+)"')
 SEARCHES = ("A-1001", "refund", "broken", "completed")
 
-# (arrival time, newest event id) of every frame any operator's socket received.
-FRAMES: list[tuple[float, int]] = []
+# (arrival time, newest event id, socket) of every frame any operator's socket received.
+FRAMES: list[tuple[float, int, int]] = []
 _numbers = itertools.count(1)
+_sockets = itertools.count(1)
 
 
 @events.quitting.add_listener
@@ -59,16 +60,22 @@ class Operator(HttpUser):
         host = str(self.host).removeprefix("http://")
         cookies = "; ".join(f"{c.name}={c.value}" for c in self.client.cookies)
         started = time.perf_counter()
+        number = next(_sockets)
         try:
+            # A browser checks a frame's UTF-8 natively; websocket-client without wsaccel does
+            # it in Python, at some 7 ms per 50 KB inbox frame, which would make this process the
+            # bottleneck of any stream of frames.
             self.socket = websocket.create_connection(
                 f"ws://{host}/ws/inbox/",
                 header=[f"Cookie: {cookies}"],
                 origin=f"http://{host}",
+                skip_utf8_validation=True,
             )
         except Exception as exc:
             _fire("websocket", "connect", started, exc)
             return
         _fire("websocket", "connect", started, None)
+        FRAMES.append((time.time(), 0, number))  # when it opened: no event id is 0
         while True:
             try:
                 message = self.socket.recv()
@@ -77,7 +84,7 @@ class Operator(HttpUser):
                 return
             found = CURSOR.search(str(message))
             if found:
-                FRAMES.append((time.time(), int(found.group(1))))
+                FRAMES.append((time.time(), int(found.group(1)), number))
 
     @task(4)
     def inbox(self) -> None:

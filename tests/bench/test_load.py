@@ -35,6 +35,8 @@ def result(**changes):
         "failures": 0,
         "why": [],
         "live_ms": [40.0, 60.0],
+        "event_ms": [40.0, 260.0],
+        "events_unshown": 0,
         "frames": 2,
         "submitted": 600,
         "runs": {"completed": 500},
@@ -50,3 +52,25 @@ def test_it_reports_the_servers_cpu_ms_per_page_request_beside_the_page_p95():
     # 12.5 s of CPU over the 500 pages and posts (the websocket connects are not requests).
     assert "Server CPU: 25.0 ms per request (12.5 s for 500 pages and posts)" in text
     assert "ms per request (12.5 s for 500 pages and posts), page p95 worst 900 ms" in text
+
+
+def test_an_events_wait_is_to_the_first_frame_of_each_socket_that_shows_it():
+    frames = [
+        (100.0, 0, 1),  # socket 1 opens
+        (100.5, 0, 2),  # socket 2 opens
+        (101.2, 11, 1),
+        (101.9, 12, 1),  # shows 12, and 11 again: only the first frame counts for 11
+        (102.0, 12, 2),
+    ]
+    events = [(10, 99.0), (11, 101.0), (12, 101.5), (13, 101.8)]
+    waits, unshown = load.event_waits(frames, events)
+    # 10 committed before either socket opened; 13 no frame showed; 11 and 12 on both sockets
+    # (socket 2 met 11 only in its frame showing 12).
+    assert sorted(round(w) for w in waits) == [200, 400, 500, 1000]
+    assert unshown == 2
+
+
+def test_it_reports_the_wait_of_every_event_beside_the_frames_freshness():
+    text, _ = load.report(result())
+    assert "live: commit -> first frame showing it" in text
+    assert "0 events a socket had not shown by the end" in text
