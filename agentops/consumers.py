@@ -9,10 +9,10 @@ page then keeps that action's region and catches up when it ends (static/agentop
 
 What an event costs does not grow with the sockets that show it. The sockets of pages that show
 the same HTML whoever looks (the inbox, per filter) share their renders (`Renders`: one at a
-time, each serving every socket waiting for it), and a socket sends at most `FRAME_BURST`
-frames at once and `FRAME_RATE` a second after that, each the newest render there is. An event
-alone is pushed at once; under a stream of events a socket's frames stay few, however fast
-renders could be made (an inbox frame is the whole fragment, some 50 KB at 25 rows a queue).
+time, each serving every socket waiting for it), and a page renders at most `RENDER_BURST`
+times at once and `RENDER_RATE` times a second after that. An event alone is pushed at once;
+under a stream of events each socket sends at most one frame per render, however fast renders
+could be made (an inbox frame is the whole fragment, some 50 KB at 25 rows a queue).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from agentops import live
 from agentops.views.common import VIEW
 from agentops.views.fragments import LivePage, change_of, live_page, socket_request
 
-# A socket's frames: a burst of this many at once, then this many a second (a token bucket).
-# Five a second keeps an event's wait under a stream of them near 200 ms.
-FRAME_BURST = 5
-FRAME_RATE = 5.0
+# A page's renders, and so each of its sockets' frames: a burst of this many at once, then this
+# many a second (a token bucket). Five a second keeps an event's wait in a stream near 200 ms.
+RENDER_BURST = 5
+RENDER_RATE = 5.0
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,14 @@ class Render:
 
 
 class Renders:
-    """The renders of one page, one at a time, for the sockets that show it.
+    """The renders of one page, one at a time, for the sockets that show it, paced.
 
     A socket asks for a render of its changes that began reading the database after the oldest
     event it has not sent arrived (the event committed before it was published, so such a
-    render shows it): the latest render if it qualifies, or the one in flight if it had not
-    begun when the event came, or else a new one once the one in flight is done. However many
-    sockets wait, one render serves them all.
+    render shows it): the latest render if it qualifies, or the one in flight or due if it had
+    not begun when the event came, or else a new one once the one in flight is done, when the
+    pace allows. However many sockets wait, one render serves them all, each sends it as it is
+    made, and none sends more frames than the page has renders.
     """
 
     def __init__(self) -> None:
@@ -62,8 +63,9 @@ class Renders:
         self.sockets = 0
         self.latest: asyncio.Future[Render] | None = None
         self.changes: frozenset[str] = frozenset()  # the latest render's
-        # When the latest render began reading; None until its thread has started it.
+        # When the latest render began reading; None while it is due or waits for its thread.
         self.began: float | None = None
+        self.tokens, self.refilled = float(RENDER_BURST), time.monotonic()
 
     async def after(
         self, moment: float, changes: frozenset[str], render: Callable[[frozenset[str]], str]
@@ -87,14 +89,28 @@ class Renders:
         self, changes: frozenset[str], render: Callable[[frozenset[str]], str]
     ) -> asyncio.Future[Render]:
         self.began, self.changes = None, changes
+        wait = self._spend_token()
 
         def begin() -> Render:
             self.began = began = time.monotonic()
             return Render(began, changes, render(changes))
 
+        async def due() -> Render:
+            if wait:
+                await asyncio.sleep(wait)  # the events that come meanwhile are in it too
+            return await database_sync_to_async(begin)()
+
         # A task of its own: a socket that closes while waiting leaves it to the others.
-        self.latest = asyncio.ensure_future(database_sync_to_async(begin)())
+        self.latest = asyncio.ensure_future(due())
         return asyncio.shield(self.latest)
+
+    def _spend_token(self) -> float:
+        """Seconds until the next render may begin (0: now), that render's token spent."""
+        now = time.monotonic()
+        self.tokens = min(RENDER_BURST, self.tokens + (now - self.refilled) * RENDER_RATE)
+        self.refilled = now
+        self.tokens -= 1
+        return max(0.0, -self.tokens / RENDER_RATE)
 
 
 # This process's shared renders, by LivePage.shared, while a socket shows them (on the loop
@@ -112,7 +128,6 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # The events not sent yet, oldest first: when each arrived, and what it changes.
         self.pending: list[tuple[float, str]] = []
         self.flush_task: asyncio.Task[None] | None = None
-        self.tokens, self.refilled = float(FRAME_BURST), time.monotonic()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()
@@ -201,22 +216,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # overtakes a newer one with older state. What arrives meanwhile goes in the next.
         assert self.renders is not None
         while self.pending:
-            await self._spend_token()
             changes = frozenset(change for _, change in self.pending)
             done = await self.renders.after(self.pending[0][0], changes, self._render)
             # What arrived before the render began is in it; the rest waits for the next frame.
             self.pending = [(at, change) for at, change in self.pending if at >= done.began]
             if done.message:
                 await self.send(text_data=done.message)
-
-    async def _spend_token(self) -> None:
-        now = time.monotonic()
-        self.tokens = min(FRAME_BURST, self.tokens + (now - self.refilled) * FRAME_RATE)
-        self.refilled = now
-        if self.tokens < 1:
-            await asyncio.sleep((1 - self.tokens) / FRAME_RATE)
-            self.tokens, self.refilled = 1.0, time.monotonic()
-        self.tokens -= 1
 
     def _render(self, changes: frozenset[str]) -> str:
         assert self.page is not None
