@@ -34,9 +34,10 @@ from agentops.views.common import VIEW
 from agentops.views.fragments import LivePage, change_of, live_page, socket_request
 
 # A page's renders, and so each of its sockets' frames: a burst of this many at once, then this
-# many a second (a token bucket). Five a second keeps an event's wait in a stream near 200 ms.
-RENDER_BURST = 5
-RENDER_RATE = 5.0
+# many a second (a token bucket): a few events a second on a quiet page are never held back,
+# and in a stream of events one waits 100 ms at most for its render to begin.
+RENDER_BURST = 10
+RENDER_RATE = 10.0
 
 
 @dataclass(frozen=True)
