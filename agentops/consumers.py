@@ -146,7 +146,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         self.renders = renders
         renders.sockets += 1
         for group in self.page.groups:
-            await self.channel_layer.group_add(group, self.channel_name)
+            await live.listen(group, self)
         live.attach_loop(asyncio.get_running_loop())
         await self.accept()
 
@@ -170,7 +170,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if self.page is None or self.renders is None:
             return
         for group in self.page.groups:
-            await self.channel_layer.group_discard(group, self.channel_name)
+            await live.unlisten(group, self)
         self.renders.sockets -= 1
         shared = self.page.shared
         if self.renders.sockets == 0 and shared is not None and _shared.get(shared) is self.renders:
@@ -201,10 +201,14 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         self._want(await database_sync_to_async(self.page.changes_after)(after))
 
-    async def live_event(self, message: dict[str, Any]) -> None:
-        """A committed event from agentops.live.publish: pushed now, or with the others that
-        arrive before this socket's next frame."""
+    def deliver(self, message: dict[str, Any]) -> None:
+        """A committed event from agentops.live.publish, through this process's channel of its
+        group (agentops.live.listen): pushed now, or with the others that come before the
+        page's next render."""
         self._want({change_of(str(message.get("kind", "")))})
+
+    async def lost(self) -> None:
+        await self.close()
 
     def _want(self, changes: set[str] | frozenset[str]) -> None:
         arrived = time.monotonic()

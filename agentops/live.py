@@ -5,17 +5,21 @@ commits, in whichever process committed it (a web process or a worker). It sends
 websocket consumer renders the fragments from the database, so a pushed fragment equals what a
 fresh page shows. Nothing is lost if a push fails: the event log is the outbox, and a page that
 reconnects catches up from it.
+
+A web process joins each group once, whatever the number of its sockets in it (`listen`): an
+event is one message to each process, which hands it to its sockets, not one per socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import uuid
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, get_channel_layer
 
@@ -114,3 +118,91 @@ def _publisher_loop() -> asyncio.AbstractEventLoop:
             threads.thread(loop.run_forever, name="agentops-live-publisher").start()
             _publisher = (os.getpid(), loop)
         return _publisher[1]
+
+
+# --- this process's listeners -------------------------------------------------------------------
+
+
+class Listener(Protocol):
+    def deliver(self, message: dict[str, Any]) -> None:
+        """A message of a group it listens to (called on the loop, must not block)."""
+
+    async def lost(self) -> None:
+        """The group's messages stopped (the channel layer failed): close, so the page
+        reconnects and catches up from the event log."""
+
+
+class _Group:
+    """One group's listeners in this process, and the one channel that receives for them."""
+
+    def __init__(self, layer: BaseChannelLayer, name: str) -> None:
+        self.layer, self.name = layer, name
+        self.loop = asyncio.get_running_loop()
+        self.listeners: set[Listener] = set()
+        self.channel = ""
+        self.joined = asyncio.ensure_future(self._join())
+        self.receiving: asyncio.Task[None] | None = None
+
+    async def _join(self) -> None:
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(self.name, self.channel)
+        self.receiving = asyncio.ensure_future(self._receive())
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                message = await self.layer.receive(self.channel)
+                for listener in list(self.listeners):
+                    listener.deliver(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("live updates of %s stopped: %s", self.name, exc)
+            if _groups.get(self.name) is self:
+                del _groups[self.name]
+            for listener in list(self.listeners):
+                await listener.lost()
+            # Its channel out of the group, if the layer answers: messages would pile up there.
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(self.name, self.channel)
+
+    def failed(self) -> bool:
+        joined = self.joined
+        return joined.done() and (joined.cancelled() or joined.exception() is not None)
+
+    async def leave(self) -> None:
+        self.joined.cancel()
+        if self.receiving is not None:
+            self.receiving.cancel()
+        if self.channel:
+            await self.layer.group_discard(self.name, self.channel)
+
+
+# By group name, while a listener of this process listens (on the loop that serves the
+# websockets: a test may run several loops one after another).
+_groups: dict[str, _Group] = {}
+
+
+async def listen(name: str, listener: Listener) -> None:
+    """Have `listener` receive the messages of group `name`, through this process's channel."""
+    layer = get_channel_layer()
+    assert layer is not None
+    group = _groups.get(name)
+    if group is None or group.loop is not asyncio.get_running_loop() or group.failed():
+        group = _groups[name] = _Group(layer, name)
+    group.listeners.add(listener)
+    try:
+        await asyncio.shield(group.joined)
+    except Exception:
+        group.listeners.discard(listener)
+        raise
+
+
+async def unlisten(name: str, listener: Listener) -> None:
+    group = _groups.get(name)
+    if group is None or listener not in group.listeners:
+        return
+    group.listeners.discard(listener)
+    if not group.listeners:
+        del _groups[name]
+        await group.leave()

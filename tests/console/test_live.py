@@ -308,6 +308,116 @@ def test_it_refuses_a_socket_for_an_unknown_run(db, as_user):
     assert in_sync(scenario) is False
 
 
+def test_a_process_joins_a_group_once_however_many_of_its_sockets_show_it(
+    world, as_user, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Fifty inbox sockets in a process were fifty members of the group: every event was fifty
+    messages through the layer (Redis: fifty pushes, pops and decodes) to one process."""
+    layer = get_channel_layer()
+    joined: list[str] = []
+    left: list[str] = []
+    add, discard = layer.group_add, layer.group_discard
+
+    async def group_add(group: str, channel: str) -> None:
+        joined.append(group)
+        await add(group, channel)
+
+    async def group_discard(group: str, channel: str) -> None:
+        left.append(group)
+        await discard(group, channel)
+
+    monkeypatch.setattr(layer, "group_add", group_add)
+    monkeypatch.setattr(layer, "group_discard", group_discard)
+    clients = [as_user(persona) for persona in ("viewer", "approver", "operator")]
+    made: list[Any] = []
+
+    async def scenario() -> list[str]:
+        sockets = [socket("/ws/inbox/", client) for client in clients]
+        for ws in sockets:
+            assert (await ws.connect())[0]
+        await acting(
+            django_capture_on_commit_callbacks, lambda: made.append(world.run("waiting"))
+        )()
+        pushed = [await ws.receive_from(timeout=3) for ws in sockets]
+        for ws in sockets:
+            await ws.disconnect()
+        return pushed
+
+    pushed = in_sync(scenario)
+    assert joined == ["inbox"]
+    assert left == ["inbox"]
+    interaction = world.pending(made[0])
+    assert all(f"/interactions/{interaction.pk}/" in message for message in pushed)
+
+
+class FailingLayer:
+    """A channel layer as Channels specifies one (new_channel, group_add, group_discard,
+    receive), whose receive fails as a lost Redis connection makes it fail."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, set[str]] = {}
+        self.messages: asyncio.Queue[dict[str, Any] | Exception] = asyncio.Queue()
+
+    async def new_channel(self, prefix: str = "specific.") -> str:
+        return f"{prefix}{len(self.members)}!"
+
+    async def group_add(self, group: str, channel: str) -> None:
+        self.members.setdefault(group, set()).add(channel)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        self.members.get(group, set()).discard(channel)
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        message = await self.messages.get()
+        if isinstance(message, Exception):
+            raise message
+        return message
+
+
+class Page:
+    def __init__(self) -> None:
+        self.delivered: list[dict[str, Any]] = []
+        self.closed = False
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        self.delivered.append(message)
+
+    async def lost(self) -> None:
+        self.closed = True
+
+
+def test_when_the_channel_layer_fails_the_groups_pages_close_to_reconnect_and_catch_up(
+    monkeypatch,
+):
+    async def scenario() -> None:
+        layer = FailingLayer()
+        monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+        first, second = Page(), Page()
+        await live.listen("inbox", first)
+        await live.listen("inbox", second)
+        assert len(layer.members["inbox"]) == 1
+        layer.messages.put_nowait({"type": live.MESSAGE_TYPE, "kind": "waiting"})
+        layer.messages.put_nowait(ConnectionError("Connection closed by server."))
+        while not (first.closed and second.closed):
+            await asyncio.sleep(0.001)
+        assert (
+            first.delivered == second.delivered == [{"type": live.MESSAGE_TYPE, "kind": "waiting"}]
+        )
+        # The page that reconnects joins again, on a channel of its own: it is not left to the
+        # group that stopped.
+        again = Page()
+        await live.listen("inbox", again)
+        layer.messages.put_nowait({"type": live.MESSAGE_TYPE, "kind": "completed"})
+        while not again.delivered:
+            await asyncio.sleep(0.001)
+        assert len(layer.members["inbox"]) == 1  # the stopped group's channel left it
+        for page in (first, second, again):
+            await live.unlisten("inbox", page)
+        assert live._groups == {}
+
+    async_to_sync(scenario)()
+
+
 def test_it_sends_the_inbox_only_events_that_may_change_a_status(world):
     run = world.run("waiting")
     kinds = {event.kind: live.groups_for(event) for event in Event.objects.filter(run=run)}
@@ -413,10 +523,10 @@ def test_an_event_alone_is_pushed_at_once_and_those_during_its_render_in_one_fra
 
     async def scenario() -> list[str]:
         consumer, sent = bare_consumer(Renders(), render)
-        await consumer.live_event({"kind": EventKind.SUBMITTED})
+        consumer.deliver({"kind": EventKind.SUBMITTED})
         await asyncio.wait_for(began(rendered), timeout=10)  # no gathering time before it
         for kind in (EventKind.CLAIMED, EventKind.INTENT, EventKind.OUTCOME, EventKind.WAITING):
-            await consumer.live_event({"kind": kind})
+            consumer.deliver({"kind": kind})
         gate.set()
         assert consumer.flush_task is not None
         await consumer.flush_task
@@ -440,7 +550,7 @@ def test_fifty_sockets_that_show_a_page_alike_share_its_render_of_an_event():
         renders = Renders()
         sockets = [bare_consumer(renders, render) for _ in range(50)]
         for consumer, _ in sockets:
-            await consumer.live_event(WAITING)
+            consumer.deliver(WAITING)
         await asyncio.gather(*(consumer.flush_task for consumer, _ in sockets))
         return sockets
 
@@ -467,7 +577,7 @@ def test_a_stream_of_events_is_rendered_at_the_pages_pace_and_the_last_frame_sho
         started = time.monotonic()
         for _ in range(150):  # an event every few milliseconds, to every socket
             for consumer, _ in sockets:
-                await consumer.live_event(WAITING)
+                consumer.deliver(WAITING)
             await asyncio.sleep(0.005)
         await asyncio.gather(*(consumer.flush_task for consumer, _ in sockets))
         return sockets, time.monotonic() - started
@@ -493,11 +603,11 @@ def test_a_failed_render_is_not_reused_the_next_event_renders_again():
 
     async def scenario() -> list[str]:
         consumer, sent = bare_consumer(Renders(), render)
-        await consumer.live_event(WAITING)
+        consumer.deliver(WAITING)
         assert consumer.flush_task is not None
         with pytest.raises(RuntimeError, match="went away"):
             await consumer.flush_task
-        await consumer.live_event(WAITING)
+        consumer.deliver(WAITING)
         await consumer.flush_task
         assert consumer.pending == []
         return sent
@@ -521,8 +631,8 @@ def test_a_socket_that_closes_while_a_render_is_in_flight_leaves_it_to_the_other
             bare_consumer(renders, render),
             bare_consumer(renders, render),
         )
-        await first.live_event(WAITING)
-        await second.live_event(WAITING)
+        first.deliver(WAITING)
+        second.deliver(WAITING)
         await asyncio.wait_for(began(rendered), timeout=10)
         assert first.flush_task is not None and second.flush_task is not None
         first.flush_task.cancel()
