@@ -7,10 +7,15 @@ site cannot open a socket with a logged-in user's cookies.
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
-django_asgi_app = get_asgi_application()
+# What get_asgi_application() does, with the console's handler (agentops.handlers).
+django.setup(set_prefix=False)
+
+from agentops.handlers import SyncStackASGIHandler  # noqa: E402
+
+django_asgi_app = SyncStackASGIHandler()
 
 # These import models and templates: Django must be set up first.
 from channels.auth import AuthMiddlewareStack  # noqa: E402

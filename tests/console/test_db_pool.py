@@ -2,7 +2,7 @@
 
 Daphne runs each synchronous view on a thread of its own (Django's ASGI handler gives every
 request its own thread-sensitive context); each thread used to open a connection of its own.
-The requests here go through the same ASGI handler, all at once.
+The requests here go through the console's ASGI handler (agentops.handlers), all at once.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import pytest
 from channels.testing import HttpCommunicator
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
-from django.core.handlers.asgi import ASGIHandler
 from django.db import connection
 from django.test import Client
 from psycopg_pool import ConnectionPool
 
 from agentops import selectors
+from agentops.handlers import SyncStackASGIHandler
 from agentops.postgres.base import DatabaseWrapper
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_concurrent_requests_share_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
     requests = 3 * bound
 
     async def serve_all() -> list[int]:
-        handler = ASGIHandler()
+        handler = SyncStackASGIHandler()
         communicators = [
             HttpCommunicator(
                 handler, "GET", "/", headers=[(b"host", b"testserver"), (b"cookie", cookie)]
