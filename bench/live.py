@@ -167,11 +167,17 @@ def _free_port() -> int:
 class Server:
     """`manage.py serve` on a free port, with `env`; ready once it accepts connections."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, processes: int = 1) -> None:
         self.port = _free_port()
         self.log = log
         self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", f"127.0.0.1:{self.port}"],
+            [
+                sys.executable,
+                "manage.py",
+                "serve",
+                f"--processes={processes}",
+                f"127.0.0.1:{self.port}",
+            ],
             cwd=harness.ROOT,
             env=env,
             stdout=log.open("wb"),
@@ -190,10 +196,24 @@ class Server:
                     ) from None
                 time.sleep(0.1)
 
+    def pids(self) -> list[int]:
+        """The server's processes: the one started here, and those it started (--processes)."""
+        pids = [self.proc.pid]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue  # ended meanwhile
+            # The parent's pid is the second field after the command's name (in parentheses).
+            if int(text[text.rindex(")") + 2 :].split()[1]) == self.proc.pid:
+                pids.append(int(stat.parent.name))
+        return pids
+
     def peak_rss_mb(self) -> float:
+        """The largest of its processes' peaks."""
         from bench.worker import peak_rss_mb
 
-        return peak_rss_mb(self.proc.pid)
+        return max(peak_rss_mb(pid) for pid in self.pids())
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -254,18 +254,19 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             def call(method: str, **kwargs: Any) -> Any:
                 return submitter.request(cmd="call", method=method, kwargs=kwargs)["result"]
 
-            server = Server(env, tmp / "serve.log")
+            server = Server(env, tmp / "serve.log", processes=args.web_processes)
             workers = CeleryWorkers(args.workers, env, tmp)
             try:
                 host = f"http://127.0.0.1:{server.port}"
                 print(
                     f"  {args.users} operators, {args.rate:g} runs/s, {seconds:.0f} s "
-                    f"({args.workers} Celery workers) …",
+                    f"({args.web_processes} server processes, {args.workers} Celery workers) …",
                     flush=True,
                 )
                 sessions = call("sessions")
                 # The server's CPU from here: what serving the operators cost, not its start.
-                cpu_before = cpu_seconds(server.proc.pid)
+                pids = server.pids()
+                cpu_before = sum(cpu_seconds(pid) for pid in pids)
                 locust = _locust(
                     host, args.users, seconds, tmp, frames=frames_file, sessions=sessions
                 )
@@ -273,7 +274,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                 time.sleep(min(5.0, seconds / 10))
                 driven = call("drive", rate=args.rate, seconds=seconds - min(5.0, seconds / 10))
                 locust.wait(timeout=seconds + 120)
-                server_cpu = cpu_seconds(server.proc.pid) - cpu_before
+                server_cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
                 runs = call("runs")
                 frames = json.loads(frames_file.read_text()) if frames_file.exists() else []
                 committed = call("committed", event_ids=sorted({f[1] for f in frames}))
@@ -311,6 +312,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "seconds": seconds,
         "users": args.users,
         "rate": args.rate,
+        "web_processes": args.web_processes,
         "pages": pages,
         "requests": requests,
         "failures": failures,
@@ -360,8 +362,8 @@ def report(result: dict[str, Any]) -> tuple[str, bool]:
     completed = result["runs"].get("completed", 0)
     lines = [
         f"Under load: {result['users']} operators (Locust), {result['rate']:g} runs/s submitted "
-        f"for {result['seconds']:.0f} s; PostgreSQL, Redis channel layer and broker; "
-        "times in ms.",
+        f"for {result['seconds']:.0f} s; {result.get('web_processes', 1)} server processes; "
+        "PostgreSQL, Redis channel layer and broker; times in ms.",
         "",
         harness.table(["page", "requests", "failures", "p50", "p95"], rows, align="lrrrr"),
         "",
@@ -400,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=50, help="simulated operators")
     parser.add_argument("--rate", type=float, default=10.0, help="runs submitted per second")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=2,
+        help="the server's processes (`serve --processes`): one per core, as deployed",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument(
         "--database",

@@ -4,12 +4,21 @@ With the embedded broker (CELERY_BROKER_URL unset, i.e. memory://) the Celery wo
 sweep run inside this process, on threads: the in-memory broker and the in-memory channel layer
 only reach within one process, so the console, the executor and the live updates must share it.
 With a real broker (Redis) this serves the console only; runs are executed by
-`celery -A agentops worker` processes.
+`celery -A agentops worker` processes, and `--processes N` serves it from N processes sharing
+the one listening socket (the kernel hands each connection to one of them), as many as the
+machine has cores for: a process's Python runs on one core at a time.
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import functools
+import os
+import signal
+import socket
+import subprocess
+import sys
 from typing import Any
 
 from daphne.management.commands.runserver import Command as DaphneRunserver
@@ -17,6 +26,7 @@ from daphne.server import Server
 from django.apps import apps
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.db import connections
 
 from agentops.celery import EmbeddedWorker
 
@@ -55,21 +65,45 @@ class Command(DaphneRunserver):
             help="Task threads of the embedded worker (default AGENTOPS_EMBEDDED_CONCURRENCY).",
         )
         parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            help="Serve from this many processes on the one port (needs Redis for the broker "
+            "and the live updates: the embedded ones reach within one process).",
+        )
+        # A process started by --processes: it serves the listening socket it inherited.
+        parser.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+        parser.add_argument(
             "--demo-login",
             action="store_true",
             help="Once the console listens, print the demo's logins (what `make run` uses).",
         )
 
     def inner_run(self, *args: Any, **options: Any) -> None:
+        processes, fd = options["processes"], options["fd"]
+        if processes < 1:
+            raise CommandError("--processes must be at least 1")
+        if processes > 1 and (settings.EMBEDDED_BROKER or _in_memory_layer()):
+            raise CommandError(
+                "--processes needs CELERY_BROKER_URL and REDIS_URL: the embedded broker and "
+                "channel layer reach within one process"
+            )
         server: dict[str, Any] = {"websocket_connect_timeout": WEBSOCKET_OPEN_SECONDS}
+        others: list[subprocess.Popen[bytes]] = []
+        if processes > 1:
+            fd, others = self._start_others(processes - 1)
+        elif fd is not None:
+            _end_with_parent()
+        if fd is not None:
+            server["inherited"] = [f"fd:fileno={fd}"]
         if options["demo_login"]:
             if not apps.is_installed("demo"):
                 raise CommandError("--demo-login needs the demo (AGENTOPS_DEMO=1)")
             # Printed last, when the port is bound: what a newcomer needs next, not lost above.
             server["ready_callable"] = self._print_demo_logins
-        self.server_cls = functools.partial(Server, **server)
+        self.server_cls = functools.partial(_server, **server)
         worker = None
-        if options["embedded_worker"] and settings.EMBEDDED_BROKER:
+        if options["embedded_worker"] and settings.EMBEDDED_BROKER and fd is None:
             worker = EmbeddedWorker(
                 concurrency=options["worker_concurrency"] or settings.AGENTOPS_EMBEDDED_CONCURRENCY
             )
@@ -79,7 +113,7 @@ class Command(DaphneRunserver):
                 f"sweep every {settings.AGENTOPS_SWEEP_SECONDS:g}s, "
                 f"lease {settings.AGENTOPS_LEASE_SECONDS:g}s.\n"
             )
-        elif options["embedded_worker"]:
+        elif options["embedded_worker"] and options["fd"] is None:
             self.stdout.write(
                 "External broker configured: runs are executed by `celery -A agentops worker`.\n"
             )
@@ -89,6 +123,28 @@ class Command(DaphneRunserver):
         finally:
             if worker is not None:
                 worker.stop()
+            for other in others:
+                other.terminate()
+            for other in others:
+                other.wait()
+
+    def _start_others(self, count: int) -> tuple[int, list[subprocess.Popen[bytes]]]:
+        """The listening socket, bound here, and `count` more processes serving it."""
+        family = socket.AF_INET6 if self._raw_ipv6 else socket.AF_INET
+        listening = socket.create_server((self.addr, int(self.port)), family=family, backlog=1024)
+        fd = listening.fileno()
+        os.set_inheritable(fd, True)
+        self._listening = listening  # kept open (and so bound) while this process serves
+        # Nothing of this process's connections may be shared with the others.
+        connections.close_all()
+        command = [sys.executable, "-m", "django", "serve", "--no-worker", f"--fd={fd}"]
+        address = f"[{self.addr}]" if self._raw_ipv6 else self.addr
+        others = [
+            subprocess.Popen([*command, f"{address}:{self.port}"], pass_fds=(fd,))
+            for _ in range(count)
+        ]
+        self.stdout.write(f"Serving from {count + 1} processes on one socket.\n")
+        return fd, others
 
     def _print_demo_logins(self) -> None:
         from demo.logins import logins
@@ -107,3 +163,19 @@ class Command(DaphneRunserver):
         if settings.EMBEDDED_BROKER:
             options = {**options, "insecure_serving": True}
         return super().get_application(options)
+
+
+def _server(*, endpoints: list[str], inherited: list[str] | None = None, **options: Any) -> Server:
+    """daphne's Server, listening on the inherited socket instead when there is one."""
+    return Server(endpoints=inherited or endpoints, **options)
+
+
+def _in_memory_layer() -> bool:
+    return str(settings.CHANNEL_LAYERS["default"]["BACKEND"]).endswith("InMemoryChannelLayer")
+
+
+def _end_with_parent() -> None:
+    """A process started by --processes ends when the one that started it does (Linux)."""
+    if sys.platform == "linux":
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
