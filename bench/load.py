@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.load [--minutes 1] [--users 50] [--rate 10] [--strict]
 
-Everything runs on loopback, as deployed: `manage.py serve` (daphne) on PostgreSQL with the
-Redis channel layer, `celery -A agentops worker` processes on a Redis broker, and the agent of
+Everything runs on loopback, as deployed: `manage.py serve --processes 2` (daphne, one process
+per core of this 2-core machine: `--web-processes`) on PostgreSQL with the Redis channel layer,
+`celery -A agentops worker` processes on a Redis broker, and the agent of
 bench/load_agent.py, whose scripted model does no work. A submitter process starts `--rate` runs
 per second; each looks an order up and then waits for an operator to approve a refund. Locust
 (bench/locustfile.py) plays `--users` operators, each logged in through the form with a
@@ -12,8 +13,9 @@ search, open run pages, and approve what waits by posting the real form with its
 
 Reported for the duration: p50 and p95 of each page (Locust's client-side time, so it includes
 the loopback and the load generator's own scheduling), the live latency — for every websocket
-frame, its arrival minus the commit of the newest event it reflects — the errors, the runs
-submitted and completed, and the server's CPU time per page request (its process's user and
+frame, its arrival minus the commit of the newest event it reflects; and for every socket and
+inbox event, the wait from the commit to the socket's first frame showing it — the errors, the runs
+submitted and completed, and the server's CPU time per page request (its processes' user and
 system time over the run, live renders included, divided by the pages and posts served): on a
 shared machine the page times are mostly waiting for a core, and this is the server's own
 share of the work. Targets: page p95 under 150 ms (logging in aside), live p95 under
