@@ -145,10 +145,16 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 _shared[shared] = renders
         self.renders = renders
         renders.sockets += 1
-        for group in self.page.groups:
-            await live.listen(group, self)
-        live.attach_loop(asyncio.get_running_loop())
-        await self.accept()
+        try:
+            for group in self.page.groups:
+                await live.listen(group, self)
+            live.attach_loop(asyncio.get_running_loop())
+            await self.accept()
+        except BaseException:
+            # Channels calls no disconnect for a connect that raised: undone here, or the
+            # group would go on handing events to a socket that is gone.
+            await self.disconnect(1011)
+            raise
 
     def _open(self, user: Any) -> LivePage | None:
         if not user.has_perm(VIEW):

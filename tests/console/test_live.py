@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import threading
@@ -18,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from channels_redis.core import RedisChannelLayer
 from django.test import Client
 
-from agentops import live
+from agentops import consumers, live
 from agentops.asgi import application
 from agentops.consumers import RENDER_BURST, RENDER_RATE, LiveConsumer, Renders
 from agentops.views.fragments import STATUS, live_page, socket_request
@@ -386,6 +387,24 @@ class Page:
         self.closed = True
 
 
+def test_a_socket_whose_connect_fails_leaves_no_listener_behind(world, as_user, monkeypatch):
+    client = as_user("viewer")
+
+    async def refused(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Connection refused")
+
+    monkeypatch.setattr(LiveConsumer, "accept", refused)
+
+    async def scenario() -> None:
+        ws = socket("/ws/inbox/", client)
+        with pytest.raises(ConnectionError):
+            await ws.connect()
+
+    in_sync(scenario)
+    assert live._groups == {}
+    assert consumers._shared == {}
+
+
 def test_when_the_channel_layer_fails_the_groups_pages_close_to_reconnect_and_catch_up(
     monkeypatch,
 ):
@@ -658,9 +677,10 @@ def test_inbox_pages_with_one_share_key_render_alike_for_any_user(world, users):
         return page.shared, page.render(socket_request(users[persona], {}), {STATUS})
 
     for show in [*FILTERS, "no-such-filter"]:
-        (key_a, html_a), (key_b, html_b) = inbox(show, "approver"), inbox(show, "operator")
-        assert (key_a == key_b) == (html_a == html_b), show
-        assert (key_a == key_b) == (show != "mine"), show
+        for one, other in itertools.combinations(("viewer", "approver", "operator"), 2):
+            (key_a, html_a), (key_b, html_b) = inbox(show, one), inbox(show, other)
+            assert (key_a == key_b) == (html_a == html_b), (show, one, other)
+            assert (key_a == key_b) == (show != "mine"), (show, one, other)
     assert f"/interactions/{assigned.pk}/" in inbox("mine", "approver")[1]
     assert f"/interactions/{assigned.pk}/" not in inbox("mine", "operator")[1]
 
