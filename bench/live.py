@@ -39,6 +39,7 @@ from typing import Any
 from bench import harness
 from bench.harness import Variant
 from bench.throughput import BROKER_DB, CHANNELS_DB, CeleryWorkers, _forget_queue, _redis_problem
+from tests.support.processes import children, serve_command
 
 # Another name (agentops_bench_*) lets two checkouts on one server measure at the same time.
 DATABASE = os.environ.get("BENCH_LIVE_DATABASE", "agentops_bench_live")
@@ -171,13 +172,7 @@ class Server:
         self.port = _free_port()
         self.log = log
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "serve",
-                f"--processes={processes}",
-                f"127.0.0.1:{self.port}",
-            ],
+            serve_command(f"127.0.0.1:{self.port}", f"--processes={processes}"),
             cwd=harness.ROOT,
             env=env,
             stdout=log.open("wb"),
@@ -198,16 +193,7 @@ class Server:
 
     def pids(self) -> list[int]:
         """The server's processes: the one started here, and those it started (--processes)."""
-        pids = [self.proc.pid]
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                text = stat.read_text()
-            except OSError:
-                continue  # ended meanwhile
-            # The parent's pid is the second field after the command's name (in parentheses).
-            if int(text[text.rindex(")") + 2 :].split()[1]) == self.proc.pid:
-                pids.append(int(stat.parent.name))
-        return pids
+        return [self.proc.pid, *children(self.proc.pid)]
 
     def peak_rss_mb(self) -> float:
         """The largest of its processes' peaks."""

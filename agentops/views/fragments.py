@@ -155,7 +155,7 @@ def live_page(
         # `key` is the inbox's filter ("mine", "unassigned", "urgent"), for the page's user.
         show = key if key in work.FILTERS else ""
         # The inbox shows nothing of its user but what "mine" keeps (tests/console/test_live.py
-        # renders it for two users to hold this).
+        # renders every filter for several users to hold this).
         shared = ("inbox", show, user if show == "mine" else "")
         return LivePage((live.INBOX_GROUP,), None, _inbox(show), shared)
     if ident is None:

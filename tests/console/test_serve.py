@@ -15,7 +15,14 @@ from django.core.management import CommandError, call_command
 
 from agentops.management.commands.serve import WEBSOCKET_OPEN_SECONDS
 from tests.reliability.harness import BROKER_URL, Cluster
-from tests.support.processes import SERVER_READY, Process, free_port, serve_command, wait_until
+from tests.support.processes import (
+    SERVER_READY,
+    Process,
+    children,
+    free_port,
+    serve_command,
+    wait_until,
+)
 
 # The live updates' Redis database of these processes (no test reads it).
 SERVE_REDIS_URL = os.environ.get("AGENTOPS_TEST_SERVE_REDIS_URL", "redis://127.0.0.1:6379/6")
@@ -45,18 +52,6 @@ def test_serving_from_several_processes_refuses_the_embedded_setup_and_fewer_tha
         call_command("serve", "--processes=2", "127.0.0.1:0")
     with pytest.raises(CommandError, match="--processes must be at least 1"):
         call_command("serve", "--processes=0", "127.0.0.1:0")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def _sockets(pid: int) -> set[str]:
@@ -90,7 +85,7 @@ def test_processes_serve_one_socket_and_end_with_the_first(tmp_path, ended_by: s
         wait_until(
             lambda: first.count(SERVER_READY) == 3, timeout=60, what="three processes listening"
         )
-        others = _children(first.pid)
+        others = children(first.pid)
         assert len(others) == 2
         shared = _sockets(first.pid)
         assert all(shared & _sockets(pid) for pid in others)  # the one listening socket

@@ -57,6 +57,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that are still there (Linux: the parent in /proc/*/stat)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended meanwhile
+        # The parent's pid is the second field after the command's name (in parentheses).
+        if int(text[text.rindex(")") + 2 :].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def worker_command(
     hostname: str, *, pool: str = "solo", concurrency: int = 1, options: tuple[str, ...] = ()
 ) -> list[str]:

@@ -103,7 +103,7 @@ class Command(DaphneRunserver):
             server["ready_callable"] = self._print_demo_logins
         self.server_cls = functools.partial(_server, **server)
         worker = None
-        if options["embedded_worker"] and settings.EMBEDDED_BROKER and fd is None:
+        if options["embedded_worker"] and settings.EMBEDDED_BROKER:
             worker = EmbeddedWorker(
                 concurrency=options["worker_concurrency"] or settings.AGENTOPS_EMBEDDED_CONCURRENCY
             )
@@ -113,7 +113,7 @@ class Command(DaphneRunserver):
                 f"sweep every {settings.AGENTOPS_SWEEP_SECONDS:g}s, "
                 f"lease {settings.AGENTOPS_LEASE_SECONDS:g}s.\n"
             )
-        elif options["embedded_worker"] and options["fd"] is None:
+        elif options["embedded_worker"]:
             self.stdout.write(
                 "External broker configured: runs are executed by `celery -A agentops worker`.\n"
             )
