@@ -1,8 +1,8 @@
 """Named crash windows of the turn log, for the crash harness and fault-injection tests.
 
 In production nothing is installed and `reach` returns at once. Tests install a handler
-(`runtime.testing.crash_at`), or set AGENTOPS_CRASH_AT=window[:operation-name] to make a
-worker process kill itself with SIGKILL at that window.
+(`runtime.testing.crash_at`), or start a worker process with AGENTOPS_CRASH_AT=
+window[:operation-name] to make it kill itself with SIGKILL at that window.
 """
 
 from __future__ import annotations
@@ -51,18 +51,29 @@ def _kill_at(spec: str) -> Handler:
     return kill
 
 
+def read_environment() -> None:
+    """Read AGENTOPS_CRASH_AT: once, as the process starts (this module's import), because a
+    call reaches its windows four or five times and the environment's lookup cost more than
+    the rest of `reach`. A bad value fails here, before anything runs."""
+    global _environment  # noqa: PLW0603 - the process's one reading
+    spec = os.environ.get("AGENTOPS_CRASH_AT", "")
+    _environment = _kill_at(spec) if spec else None
+
+
+_environment: Handler | None = None
+read_environment()
+
+
 def active() -> bool:
     """Whether a crash can be injected: a test's handler or the crash variable is set. A record
     that is one statement then runs inside a transaction, so that a crash inside it rolls it
     back whole; in production one statement is atomic by itself and no window has width."""
-    return handler is not None or bool(os.environ.get("AGENTOPS_CRASH_AT"))
+    return handler is not None or _environment is not None
 
 
 def reach(window: str, run: Any, key: str, operation: str) -> None:
     """Called by the engine at each window; does nothing unless a handler is installed."""
-    active = handler
-    if active is None and os.environ.get("AGENTOPS_CRASH_AT"):
-        active = _kill_at(os.environ["AGENTOPS_CRASH_AT"])
+    active = handler or _environment
     if active is not None:
         active(window, run, key, operation)
 

@@ -81,10 +81,20 @@ def test_c12_the_crash_variable_targets_the_model_during_its_outcome(define, mon
     assert "during_outcome:get_order" in reached
 
 
-def test_c12_the_crash_variable_is_read_by_the_engine(define, monkeypatch):
+def test_c12_the_crash_variable_is_read_as_the_process_starts(define, monkeypatch):
     kills: list[int] = []
     monkeypatch.setattr(faults.os, "kill", lambda pid, sig: kills.append(sig))
+    monkeypatch.setattr(faults, "_environment", None)  # restored after the test
     monkeypatch.setenv("AGENTOPS_CRASH_AT", "during_outcome:model")
+    faults.read_environment()  # what importing the runtime does in a new worker process
     agent = _agent(define, "get_order")
     run_until_idle(submit(agent.name, "go", actor="alice").pk)
     assert kills == [signal.SIGKILL, signal.SIGKILL]  # the outcomes of both model requests
+
+
+def test_c12_a_bad_crash_variable_fails_as_the_process_starts(monkeypatch):
+    monkeypatch.setattr(faults, "_environment", None)
+    monkeypatch.setenv("AGENTOPS_CRASH_AT", "during_lunch")
+    with pytest.raises(ValueError, match="unknown window 'during_lunch'"):
+        faults.read_environment()
+    assert faults._environment is None and not faults.active()
