@@ -346,6 +346,35 @@ def digest(value: object) -> str:
     return hashlib.sha256(_canonical(value).encode()).hexdigest()
 
 
+class ListDigest:
+    """`digest` of a list that grows at its end, asked for again and again: a run's messages,
+    at each of its model requests. Each item is encoded once, where `digest` would encode the
+    whole list every time (a run's cost would grow with the square of its length). An item
+    replaced (the last message merged with the next of its role, a fork's edit) is encoded
+    again from there; the items are never changed in place (transcript.append replaces)."""
+
+    def __init__(self) -> None:
+        self._items: list[object] = []  # held, so that `is` cannot meet a reused id
+        # The canonical form's hash so far: "[", then each item before the i-th, comma-joined.
+        self._states = [hashlib.sha256(b"[")]
+
+    def of(self, items: Sequence[object]) -> str:
+        kept = 0
+        for mine, theirs in zip(self._items, items, strict=False):
+            if mine is not theirs:
+                break
+            kept += 1
+        del self._items[kept:], self._states[kept + 1 :]
+        for item in items[kept:]:
+            state = self._states[-1].copy()
+            state.update((b"," if self._items else b"") + _canonical(item).encode())
+            self._items.append(item)
+            self._states.append(state)
+        whole = self._states[-1].copy()
+        whole.update(b"]")
+        return whole.hexdigest()
+
+
 History = list[dict[str, Any]]
 Compactor = Callable[[History], History]
 

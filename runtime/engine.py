@@ -41,7 +41,15 @@ from runtime import (
     store,
     tracing,
 )
-from runtime.agents import Agent, Tool, ToolContext, ToolDurabilityError, digest, validate_input
+from runtime.agents import (
+    Agent,
+    ListDigest,
+    Tool,
+    ToolContext,
+    ToolDurabilityError,
+    digest,
+    validate_input,
+)
 from runtime.errors import InvalidInput, LeaseLost, ModelError, PauseRequested, PromptTooLong
 from runtime.llm import ModelRequest, ModelResponse, ToolSpec, ToolUseBlock
 from runtime.models import (
@@ -252,6 +260,7 @@ class _Turn:
         self._rules: dict[str, list[ApprovalRule]] | None = (
             None if getattr(run, "has_rules", True) else {}
         )
+        self._messages_digest = ListDigest()
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -410,7 +419,7 @@ class _Turn:
             **static_input,
             "tools": list(static_input["tools"]),
             "message_count": len(messages),
-            "messages_sha256": digest(messages),
+            "messages_sha256": self._messages_digest.of(messages),
         }
         input_hash = digest(saved_input)
         op = self._replayable(key, saved_input, input_hash)

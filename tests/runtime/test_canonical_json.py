@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from runtime import Agent, ToolContext, submit, tool
-from runtime.agents import digest
+from runtime.agents import ListDigest, digest
 from runtime.jsonvalues import checked, normalized
 from runtime.models import Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
@@ -60,6 +60,38 @@ def test_v4_every_json_value_reads_back_exactly_as_normalized(value, stored_oper
 def test_v4_the_engine_checks_and_normalizes_in_one_walk(value):
     # What the engine stores of a result or a model's output: as normalized gives it.
     assert _exact(checked({"value": value})) == _exact(normalized({"value": value}))
+
+
+# How a run's messages change between two model requests: a message appended, the last one
+# replaced (transcript.append merges a message into the last of its role), or the whole list
+# replaced from some index on (a fork's edit). As long as a list.
+changes = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), documents),
+        st.tuples(st.just("replace last"), documents),
+        st.tuples(st.just("replace from"), st.integers(0, 6), st.lists(documents, max_size=3)),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(changes=changes)
+def test_v4_a_growing_lists_digest_is_the_whole_lists(changes):
+    # A model request's saved input hashes its messages; the digest, kept as they grow, must be
+    # the one a replay computes from the whole list at once, or every replay is a mismatch.
+    messages: list[Any] = []
+    kept = ListDigest()
+    assert kept.of(messages) == digest(messages) == digest([])
+    for change in changes:
+        if change[0] == "append":
+            messages.append(change[1])
+        elif change[0] == "replace last" and messages:
+            messages[-1] = change[1]
+        elif change[0] == "replace from":
+            messages[change[1] :] = change[2]
+        assert kept.of(messages) == digest(messages)
+    assert ListDigest().of(messages) == digest(messages)
 
 
 @pytest.fixture
