@@ -265,9 +265,8 @@ class Records:
         assert cursor.execute(self.statements["fence"], params).rowcount == 1
         if carried:
             cursor.execute(self.statements["carried_outcome"], params)
-            cursor.execute(self.statements["carried_event"], params)
         operation_id = cursor.execute(self.statements[name], params).lastrowid
-        cursor.execute(self.statements["event"], params)
+        cursor.execute(self.statements["carried_events" if carried else "event"], params).fetchall()
         self.conn.commit()
         return int(operation_id)
 

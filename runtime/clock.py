@@ -12,7 +12,9 @@ _frozen: dt.datetime | None = None
 
 
 def now() -> dt.datetime:
-    return _frozen if _frozen is not None else timezone.now()
+    # Aware UTC, as django.utils.timezone.now() gives it with USE_TZ (agentops/settings.py sets
+    # it), without that function's look at the settings: every record reads the clock.
+    return _frozen if _frozen is not None else dt.datetime.now(dt.UTC)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
+from django.db.models.base import ModelState
 
 from runtime.models import Run
 
@@ -141,18 +142,19 @@ class Dialect(ABC):
                 with self.begin(db) as cursor:
                     yield cursor
 
-    @contextmanager
-    def write(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+    def write(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:
         """A cursor for one write of the store: where the write is one statement and no
         caller's transaction is open, the statement commits alone (autocommit: no BEGIN and
         COMMIT round trips); otherwise the write is a `transaction` (a savepoint of the
         caller's)."""
         if self.one_statement and not db.in_atomic_block:
-            with db.wrap_database_errors, self.cursor(db) as cursor:
-                yield cursor
-        else:
-            with self.transaction(db) as cursor:
-                yield cursor
+            return self._alone(db)
+        return self.transaction(db)
+
+    @contextmanager
+    def _alone(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+        with db.wrap_database_errors, self.cursor(db) as cursor:
+            yield cursor
 
     def run_id(self, db: BaseDatabaseWrapper, run_id: Any) -> Any:
         # A native uuid on PostgreSQL, 32 hex digits on SQLite: what the ORM would send.
@@ -175,6 +177,18 @@ class Dialect(ABC):
                 values[index] = convert(values[index], column, db)
         fields = [field.attname for field in model._meta.concrete_fields]
         return model.from_db(db.alias, fields, values)
+
+
+def built(model: type[M], alias: str, values: dict[str, Any]) -> M:
+    """The `model` a query of database `alias` returns for a row of these values (every
+    column's, by attname, as Python values), built as `from_db` builds it but without
+    Model.__init__: its setattr per field and its two signals cost more than the rest of a
+    record's Python. The models built here (operations, events) have no init receivers."""
+    instance = model.__new__(model)
+    state = instance._state = ModelState()
+    state.adding, state.db = False, alias
+    instance.__dict__.update(values)
+    return instance
 
 
 # A row's converters (each a function of the value, the column and the connection), by column

@@ -1,11 +1,13 @@
 """SQLite: no data-modifying CTEs, but no round trips either (the database is in the process):
-a record is three statements in one BEGIN IMMEDIATE transaction, the fence UPDATE first. Every
+a record is three statements in one BEGIN IMMEDIATE transaction, the fence UPDATE first (four
+when it carries an outcome: that outcome's UPDATE, and one INSERT for both events). Every
 transaction takes the write lock at BEGIN (IMMEDIATE, as Django's are configured in settings), so
 writers are serialized and the fence read cannot go stale before the write.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from runtime.models import RUNTIME, Run, RunStatus, Session
 from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
     AGENT_VERSION,
+    EVENT_COLUMNS,
     HOLD,
     INSERT_EVENT,
     OPERATION,
@@ -30,6 +33,7 @@ from runtime.store.sql import (
     SESSION_COLUMNS,
     values,
 )
+from runtime.store.sql import EVENT as EVENT_TABLE
 
 
 @functools.cache
@@ -64,8 +68,14 @@ def _carried(sql: str) -> str:
 
 
 CARRIED_OUTCOME = _carried(OUTCOME)
-CARRIED_EVENT = _carried(RUNTIME_EVENT)
 EVENT = named(INSERT_EVENT)
+# A record that carries an outcome writes two events, the outcome's first: one statement, whose
+# rows SQLite numbers in the order of its VALUES (within the transaction's write lock).
+TWO_EVENTS = named(f"""
+INSERT INTO {EVENT_TABLE} ({EVENT_COLUMNS}) VALUES
+    (%(run)s, %(p_event)s, 'runtime', %(p_key)s, %(p_data)s, %(p_now)s),
+    (%(run)s, %(event)s, 'runtime', %(key)s, %(data)s, %(now)s)
+RETURNING id""")
 
 
 # The claim in two steps (no data-modifying CTE reads the run, takes it and writes its events
@@ -123,7 +133,8 @@ class Sqlite(Dialect):
     @contextmanager
     def begin(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
         raw = db.connection
-        with self.cursor(db) as cursor:
+        cursor = raw.cursor()
+        try:
             cursor.execute("BEGIN IMMEDIATE")
             try:
                 yield cursor
@@ -131,28 +142,40 @@ class Sqlite(Dialect):
             except BaseException:
                 raw.rollback()
                 raise
+        finally:
+            cursor.close()
 
-    def _fenced(self, cursor: Any, params: dict[str, Any], carried: bool) -> list[int] | None:
-        """The fence, then the carried outcome: the ids of the events written so far."""
+    def moment(self, db: BaseDatabaseWrapper, value: dt.datetime | None) -> Any:
+        # The clock's times (aware, UTC) as Django's adapter writes them, naive UTC text,
+        # without its checks: a call's records write four or five.
+        if value is not None and value.tzinfo is dt.UTC and db.timezone is dt.UTC:
+            return value.isoformat(" ")[:-6]  # less its "+00:00"
+        return super().moment(db, value)
+
+    def _fenced(self, cursor: Any, params: dict[str, Any], carried: bool) -> bool:
+        """The fence, then the carried outcome's write: whether the fence held."""
         if cursor.execute(FENCE, params).rowcount != 1:
-            return None
-        return self._carry(cursor, params, carried)
+            return False
+        self._carry(cursor, params, carried)
+        return True
 
-    def _carry(self, cursor: Any, params: dict[str, Any], carried: bool) -> list[int]:
+    def _carry(self, cursor: Any, params: dict[str, Any], carried: bool) -> None:
+        if carried:
+            cursor.execute(CARRIED_OUTCOME, params)
+
+    def _events(self, cursor: Any, params: dict[str, Any], carried: bool) -> list[int]:
+        """The record's events (the carried outcome's first): their ids in log order."""
         if not carried:
-            return []
-        cursor.execute(CARRIED_OUTCOME, params)
-        return [int(cursor.execute(CARRIED_EVENT, params).lastrowid)]
+            return [int(cursor.execute(RUNTIME_EVENT, params).lastrowid)]
+        return sorted(int(event_id) for (event_id,) in cursor.execute(TWO_EVENTS, params))
 
     def new_operation(
         self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], *, carried: bool
     ) -> tuple[list[int], int] | None:
-        ids = self._fenced(cursor, params, carried)
-        if ids is None:
+        if not self._fenced(cursor, params, carried):
             return None
         operation_id = cursor.execute(NEW_OPERATION, params).lastrowid
-        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
-        return ids, int(operation_id)
+        return self._events(cursor, params, carried), int(operation_id)
 
     def update_operation(
         self,
@@ -163,12 +186,10 @@ class Sqlite(Dialect):
         *,
         carried: bool,
     ) -> list[int] | None:
-        ids = self._fenced(cursor, params, carried)
-        if ids is None:
+        if not self._fenced(cursor, params, carried):
             return None
         cursor.execute(REINTENT if which == "reintent" else OUTCOME, params)
-        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
-        return ids
+        return self._events(cursor, params, carried)
 
     def move_owned(
         self,
@@ -181,9 +202,8 @@ class Sqlite(Dialect):
     ) -> list[int] | None:
         if cursor.execute(move_owned(assignments), params).rowcount != 1:
             return None
-        ids = self._carry(cursor, params, carried)
-        ids.append(int(cursor.execute(RUNTIME_EVENT, params).lastrowid))
-        return ids
+        self._carry(cursor, params, carried)
+        return self._events(cursor, params, carried)
 
     def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
         with db.wrap_database_errors, self.cursor(db) as cursor:
@@ -245,7 +265,7 @@ class Sqlite(Dialect):
             "outcome": OUTCOME,
             "event": RUNTIME_EVENT,
             "carried_outcome": CARRIED_OUTCOME,
-            "carried_event": CARRIED_EVENT,
+            "carried_events": TWO_EVENTS,
         }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -35,7 +35,7 @@ from runtime.models import (
     RunStatus,
 )
 from runtime.store import sql, transitions
-from runtime.store.dialect import Dialect, connection, dialect_of
+from runtime.store.dialect import Dialect, built, connection, dialect_of
 from runtime.store.events import Written, event, publish, published
 
 
@@ -116,16 +116,11 @@ def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, run_id: Any) -> Run:
 # --- the fence ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def _carried_fence(run: Run) -> Iterator[tuple[int, str]]:
+def _carried_fence(run: Run) -> AbstractContextManager[tuple[int, str]]:
     """What a write requires of the run: the claim's fence, while it is running; a test
     harness's fence hook may say otherwise (runtime.testing.fence_hook)."""
     hook = faults.fence
-    if hook is None:
-        yield run.fence, RunStatus.RUNNING
-    else:
-        with hook(run) as carried:
-            yield carried
+    return nullcontext((run.fence, RunStatus.RUNNING)) if hook is None else hook(run)
 
 
 def renew(run: Run) -> None:
@@ -158,8 +153,28 @@ class _Held:
     """An outcome written but not committed: the run's next fenced record carries it."""
 
     op: Operation
-    params: dict[str, Any]  # the outcome's statement parameters, prefixed `p_`
+    status: str
+    result: Any
+    is_error: bool
+    error: str
+    usage: dict[str, Any] | None
     written: Written
+
+    def params(self, db: BaseDatabaseWrapper, dialect: Dialect) -> dict[str, Any]:
+        """The outcome's statement parameters, prefixed `p_`: built by the record that carries
+        it, on that record's connection."""
+        return {
+            "p_op": self.op.pk,
+            "p_status": self.status,
+            "p_result": dialect.json(db, self.result),
+            "p_is_error": self.is_error,
+            "p_error": self.error,
+            "p_usage": dialect.json(db, self.usage),
+            "p_key": self.op.key,
+            "p_event": EventKind.OUTCOME,
+            "p_data": dialect.json(db, self.written.data),
+            "p_now": dialect.moment(db, self.written.now),
+        }
 
 
 def _take_held(run: Run) -> _Held | None:
@@ -176,7 +191,7 @@ def settle(run: Run) -> None:
     if held is not None:
         now = held.written.now
         with _record(run, now, atomic=True, carrying=held) as (db, dialect, cursor, params):
-            params.update({name[2:]: value for name, value in held.params.items()})
+            params.update({name[2:]: value for name, value in params.items() if name[:2] == "p_"})
             ids = dialect.update_operation(db, cursor, "outcome", params, carried=False)
             if ids is None:
                 raise LeaseLost(run.pk)
@@ -203,7 +218,7 @@ def _record(
             "pausable": False,
         }
         if carrying is not None:
-            params.update(carrying.params)
+            params.update(carrying.params(db, dialect))
         atomic = atomic or (carrying is not None and faults.active())
         with dialect.transaction(db) if atomic else dialect.write(db) as cursor:
             yield db, dialect, cursor, params
@@ -241,7 +256,6 @@ def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
     raise LeaseLost(run.pk)
 
 
-_OPERATION_FIELDS = [f.attname for f in Operation._meta.concrete_fields]
 # What a new operation row holds unless its record says otherwise (NEW_OPERATION's values).
 _NEW_OPERATION = {
     "result": None,
@@ -285,10 +299,9 @@ def _insert_operation(
             _refused(run, carried, pausable=params["pausable"])
     event_ids, operation_id = written
     _published(run, db, carried, event_ids, [Written(run.pk, event_kind, fields["key"], data, now)])
-    # Built as a query's row is (positional values, no defaults to resolve): Model.__init__
-    # with keywords cost more than the rest of the record's Python.
+    # Built as a query's row is (no defaults to resolve, no Model.__init__).
     values = {**_NEW_OPERATION, "id": operation_id, "run_id": run.pk, "intent_at": now, **fields}
-    op = Operation.from_db(db.alias, _OPERATION_FIELDS, [values[f] for f in _OPERATION_FIELDS])
+    op = built(Operation, db.alias, values)
     Operation.run.field.set_cached_value(op, run)
     return op
 
@@ -378,24 +391,8 @@ def write_outcome(
         "is_error": is_error,
         "error": error,
     }
-    db = connection()
-    dialect = dialect_of(db)
-    held = _Held(
-        op,
-        {
-            "p_op": op.pk,
-            "p_status": status,
-            "p_result": dialect.json(db, result),
-            "p_is_error": is_error,
-            "p_error": error,
-            "p_usage": dialect.json(db, usage),
-            "p_key": op.key,
-            "p_event": EventKind.OUTCOME,
-            "p_data": dialect.json(db, data),
-            "p_now": dialect.moment(db, now),
-        },
-        Written(run.pk, EventKind.OUTCOME, op.key, data, now),
-    )
+    written = Written(run.pk, EventKind.OUTCOME, op.key, data, now)
+    held = _Held(op, status, result, is_error, error, usage, written)
     op.status, op.result, op.is_error, op.error, op.usage, op.outcome_at = (
         status,
         result,

@@ -3,6 +3,7 @@ between them behaves as the crash windows say (runtime/faults.py)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -110,10 +111,12 @@ def _commits_of_events(run_id: Any, advance: Any) -> dict[tuple[str, str], str]:
         elif sql.lstrip().startswith(f'INSERT INTO "{table}"') or sql.lstrip().startswith(
             f"INSERT INTO {table}"
         ):
-            for kind in (EventKind.INTENT, EventKind.OUTCOME):
-                for key in ("step-1/model", TOOL, NEXT):
-                    if f"'{kind}'" in sql and f"'{key}'" in sql:
-                        found[kind, key] = str(commits)
+            # One statement may insert several events (a record carrying an outcome): a row each.
+            for row in re.split(r"\)\s*,\s*\(", sql.partition("VALUES")[2]):
+                for kind in (EventKind.INTENT, EventKind.OUTCOME):
+                    for key in ("step-1/model", TOOL, NEXT):
+                        if f"'{kind}'" in row and f"'{key}'" in row:
+                            found[kind, key] = str(commits)
     return found
 
 

@@ -7,6 +7,8 @@ PostgreSQL alike.
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +18,7 @@ from django.db import connection, transaction
 from runtime import LeaseLost, cancel, store, submit
 from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
 from runtime.registry import code_defines, register
+from runtime.store.dialect import dialect_of
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, fence_hook
 from tests.conftest import make_agent, say
 from tests.support.rows import as_read
@@ -23,11 +26,13 @@ from tests.support.rows import as_read
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PUBLISHED: list[tuple[str, bool]] = []
+PUBLISHED_EVENTS: list[Event] = []
 
 
 def collect(event: Event) -> None:
     """AGENTOPS_PUBLISH hook: what was published, and whether its transaction had committed."""
     PUBLISHED.append((event.kind, not _in_transaction()))
+    PUBLISHED_EVENTS.append(event)
 
 
 def _in_transaction() -> bool:
@@ -78,8 +83,9 @@ def test_the_claimed_run_and_a_new_operation_are_as_the_orm_reads_them(claimed):
     assert as_read(claimed) == as_read(Run.objects.get(pk=claimed.pk))
     assert (claimed.has_operations, claimed.has_interactions) == (False, False)
     op = intent(claimed)
+    assert op.get_deferred_fields() == set()  # every column built, none left to a query
     assert as_read(op) == as_read(Operation.objects.get(pk=op.pk))
-    assert op.run is claimed
+    assert (op.run is claimed, op._state.adding, op._state.db) == (True, False, "default")
     expire_lease(claimed.pk)
     again = store.claim(claimed.pk, "w2")
     assert as_read(again) == as_read(Run.objects.get(pk=claimed.pk))
@@ -176,10 +182,15 @@ def test_a_crash_during_the_outcome_rolls_it_back_whole(claimed):
 def test_events_are_published_only_after_their_write_committed(claimed, settings):
     settings.AGENTOPS_PUBLISH = "tests.runtime.test_store.collect"
     PUBLISHED.clear()
+    PUBLISHED_EVENTS.clear()
     op = intent(claimed)
     store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
     store.transition(claimed, RunStatus.COMPLETED, "completed", output="hi")
     assert PUBLISHED == [("intent", True), ("outcome", True), ("completed", True)]
+    # Each as the ORM reads it back, every column built.
+    assert [e.get_deferred_fields() for e in PUBLISHED_EVENTS[-3:]] == [set()] * 3
+    read = Event.objects.filter(pk__in=[e.pk for e in PUBLISHED_EVENTS[-3:]]).order_by("id")
+    assert [as_read(e) for e in PUBLISHED_EVENTS[-3:]] == [as_read(e) for e in read]
 
 
 def test_inside_a_callers_transaction_a_write_is_part_of_it(claimed, settings):
@@ -228,3 +239,18 @@ def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
     with fence_hook(unchecked):
         intent(claimed, key="step-2/model")  # the stale write lands: no check is left
     assert Operation.objects.filter(run=claimed, key="step-2/model").exists()
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        dt.datetime(2026, 12, 2, 13, 5, 9, 123456, tzinfo=dt.UTC),
+        dt.datetime(2026, 12, 2, 13, 5, 9, tzinfo=dt.UTC),  # no microseconds: none printed
+        dt.datetime(2026, 12, 2, 14, 5, 9, 5, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")),
+        dt.datetime(2026, 12, 2, 13, 5, 9, 5, tzinfo=dt.timezone(dt.timedelta(hours=-3))),
+        None,
+    ],
+)
+def test_a_record_writes_a_time_as_djangos_adapter_does(moment):
+    db = store.connection()
+    assert dialect_of(db).moment(db, moment) == db.ops.adapt_datetimefield_value(moment)
