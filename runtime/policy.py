@@ -110,8 +110,9 @@ def policy_for(
 ) -> Policy | None:
     """The policy a call needs approval under, or None when it needs none. `rules`: the
     tool's rules if the caller has them (rules_for), else they are read."""
-    arguments = args.model_dump(mode="json")
-    for rule in rules_for(agent, tool) if rules is None else rules:
+    rules = rules_for(agent, tool) if rules is None else rules
+    arguments = args.model_dump(mode="json") if rules else {}  # most tools have no rules
+    for rule in rules:
         try:
             matched = conditions.matches(rule.condition, arguments)
         except conditions.ConditionError as exc:

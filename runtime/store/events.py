@@ -52,9 +52,14 @@ def published(db: BaseDatabaseWrapper, event_id: int, written: Written) -> Event
     return created
 
 
+def publishing() -> bool:
+    """Whether anyone listens to the events (as dispatch): if not, the hot path builds none."""
+    return bool(getattr(settings, "AGENTOPS_PUBLISH", ""))
+
+
 def publish(db: BaseDatabaseWrapper, event_id: int, written: Written) -> None:
-    """Publish an event of the hot path; nothing to build when no one listens (as dispatch)."""
-    if getattr(settings, "AGENTOPS_PUBLISH", ""):
+    """Publish an event of the hot path, if anyone listens."""
+    if publishing():
         published(db, event_id, written)
 
 

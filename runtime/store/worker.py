@@ -36,7 +36,7 @@ from runtime.models import (
 )
 from runtime.store import sql, transitions
 from runtime.store.dialect import Dialect, built, connection, dialect_of
-from runtime.store.events import Written, event, publish, published
+from runtime.store.events import Written, event, published, publishing
 
 
 def lease_seconds() -> float:
@@ -234,9 +234,10 @@ def _published(
 ) -> None:
     """After the commit of a record: its events published in log order, then the carried
     outcome's "after_outcome" window."""
-    written = ([carried.written] if carried is not None else []) + own
-    for event_id, each in zip(ids, written, strict=True):
-        publish(db, event_id, each)
+    if publishing():
+        written = ([carried.written] if carried is not None else []) + own
+        for event_id, each in zip(ids, written, strict=True):
+            published(db, event_id, each)
     if carried is not None:
         faults.reach("after_outcome", run, carried.op.key, _operation_name(carried.op))
 
