@@ -71,33 +71,48 @@ def check(value: Any, *, what: str = "value") -> None:
 def checked(value: Any, *, what: str = "value") -> Any:
     """`check`, then `normalized`, in one walk of the value: what the engine stores of a result
     or a model's output (the hot path walks each once, not twice)."""
-    result = _walk(value, 0, what)
-    try:
-        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except ValueError:
-        raise InvalidInput(
-            f"the {what} contains NaN or Infinity, which JSON does not allow"
-        ) from None
-    if len(encoded) > max_bytes():
-        raise InvalidInput(f"the {what} is larger than {max_bytes()} bytes")
+    bound = [0]
+    result = _walk(value, 0, what, bound)
+    if bound[0] > max_bytes():  # only then can it be too large: encoded to measure it exactly
+        try:
+            encoded = json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except ValueError:
+            raise InvalidInput(
+                f"the {what} contains NaN or Infinity, which JSON does not allow"
+            ) from None
+        if len(encoded) > max_bytes():
+            raise InvalidInput(f"the {what} is larger than {max_bytes()} bytes")
     return result
 
 
-def _walk(value: Any, depth: int, what: str) -> Any:
-    """Check `value` (raise InvalidInput) and return it `normalized`."""
+# What a scalar's JSON text may take at most, in bytes: a float's repr is at most 24 characters,
+# an int under 2**63 at most 20, true, false and null at most 5.
+_SCALAR_BYTES = 24
+
+
+def _walk(value: Any, depth: int, what: str, bound: list[int]) -> Any:
+    """Check `value` (raise InvalidInput) and return it `normalized`; add to `bound` at least
+    the bytes of its JSON text (json.dumps with ensure_ascii=False, as UTF-8), so that a value
+    whose bound is within the limit needs no encoding to be known within it."""
     if depth > MAX_DEPTH:
         raise InvalidInput(f"the {what} is nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, str):
+        # A character is at most 4 bytes in UTF-8, or 6 escaped (\u001f); and two quotes.
+        bound[0] += 6 * len(value) + 2
         return check_text(value, what=what)
     if isinstance(value, dict):
+        bound[0] += 2 + 4 * len(value)  # the braces, each ": " and ", "
         copied = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"the {what} has a non-string object key")
-            copied[check_text(key, what=what)] = _walk(item, depth + 1, what)
+            bound[0] += 6 * len(key) + 2
+            copied[check_text(key, what=what)] = _walk(item, depth + 1, what, bound)
         return copied
     if isinstance(value, list | tuple):
-        return [_walk(item, depth + 1, what) for item in value]
+        bound[0] += 2 + 2 * len(value)  # the brackets and each ", "
+        return [_walk(item, depth + 1, what, bound) for item in value]
+    bound[0] += _SCALAR_BYTES
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):

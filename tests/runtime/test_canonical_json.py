@@ -7,12 +7,14 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from django.test import override_settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from runtime import Agent, ToolContext, submit, tool
 from runtime.agents import ListDigest, digest
+from runtime.errors import InvalidInput
 from runtime.jsonvalues import checked, normalized
 from runtime.models import Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
@@ -60,6 +62,23 @@ def test_v4_every_json_value_reads_back_exactly_as_normalized(value, stored_oper
 def test_v4_the_engine_checks_and_normalizes_in_one_walk(value):
     # What the engine stores of a result or a model's output: as normalized gives it.
     assert _exact(checked({"value": value})) == _exact(normalized({"value": value}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=documents, limit=st.integers(0, 400))
+@example(value="\x01" * 20, limit=100)  # escaped: 6 bytes a character
+@example(value={"\U0001f600" * 10: ["é" * 30, '"\\' * 10]}, limit=120)  # 4, 2, 2 bytes
+@example(value=[-1.7976931348623157e308, -(2**63) + 1, None, False], limit=60)
+def test_v4_a_value_is_refused_as_too_large_exactly_when_its_json_is(value, limit):
+    # The walk's bound spares the encoding of a value known to be small: it must never spare a
+    # value that is too large, nor refuse one that is not.
+    exact = len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    with override_settings(AGENTOPS_MAX_JSON_BYTES=limit):
+        if exact > limit:
+            with pytest.raises(InvalidInput, match=f"larger than {limit} bytes"):
+                checked(value)
+        else:
+            assert _exact(checked(value)) == _exact(normalized(value))
 
 
 # How a run's messages change between two model requests: a message appended, the last one
