@@ -266,7 +266,7 @@ class Records:
         if carried:
             cursor.execute(self.statements["carried_outcome"], params)
         operation_id = cursor.execute(self.statements[name], params).lastrowid
-        cursor.execute(self.statements["carried_events" if carried else "event"], params).fetchall()
+        cursor.execute(self.statements["carried_events" if carried else "event"], params)
         self.conn.commit()
         return int(operation_id)
 

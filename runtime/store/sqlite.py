@@ -70,12 +70,12 @@ def _carried(sql: str) -> str:
 CARRIED_OUTCOME = _carried(OUTCOME)
 EVENT = named(INSERT_EVENT)
 # A record that carries an outcome writes two events, the outcome's first: one statement, whose
-# rows SQLite numbers in the order of its VALUES (within the transaction's write lock).
+# rows SQLite numbers one after the other in the order of its VALUES (the transaction holds the
+# write lock), so the last row's id says both.
 TWO_EVENTS = named(f"""
 INSERT INTO {EVENT_TABLE} ({EVENT_COLUMNS}) VALUES
     (%(run)s, %(p_event)s, 'runtime', %(p_key)s, %(p_data)s, %(p_now)s),
-    (%(run)s, %(event)s, 'runtime', %(key)s, %(data)s, %(now)s)
-RETURNING id""")
+    (%(run)s, %(event)s, 'runtime', %(key)s, %(data)s, %(now)s)""")
 
 
 # The claim in two steps (no data-modifying CTE reads the run, takes it and writes its events
@@ -167,7 +167,8 @@ class Sqlite(Dialect):
         """The record's events (the carried outcome's first): their ids in log order."""
         if not carried:
             return [int(cursor.execute(RUNTIME_EVENT, params).lastrowid)]
-        return sorted(int(event_id) for (event_id,) in cursor.execute(TWO_EVENTS, params))
+        last = int(cursor.execute(TWO_EVENTS, params).lastrowid)
+        return [last - 1, last]
 
     def new_operation(
         self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any], *, carried: bool

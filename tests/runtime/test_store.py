@@ -185,12 +185,17 @@ def test_events_are_published_only_after_their_write_committed(claimed, settings
     PUBLISHED_EVENTS.clear()
     op = intent(claimed)
     store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": 1})
+    # Held, then carried by the next intent: one record, two events, in log order.
+    second = intent(claimed, key="step-1/tool/b")
+    store.write_outcome(claimed, second, status=OperationStatus.COMPLETED, result={}, hold=True)
+    intent(claimed, key="step-1/tool/c")
     store.transition(claimed, RunStatus.COMPLETED, "completed", output="hi")
-    assert PUBLISHED == [("intent", True), ("outcome", True), ("completed", True)]
-    # Each as the ORM reads it back, every column built.
-    assert [e.get_deferred_fields() for e in PUBLISHED_EVENTS[-3:]] == [set()] * 3
-    read = Event.objects.filter(pk__in=[e.pk for e in PUBLISHED_EVENTS[-3:]]).order_by("id")
-    assert [as_read(e) for e in PUBLISHED_EVENTS[-3:]] == [as_read(e) for e in read]
+    kinds = ["intent", "outcome", "intent", "outcome", "intent", "completed"]
+    assert PUBLISHED == [(kind, True) for kind in kinds]
+    # Each as the ORM reads it back, every column built, with its own id.
+    assert [e.get_deferred_fields() for e in PUBLISHED_EVENTS] == [set()] * len(kinds)
+    read = Event.objects.filter(run=claimed, kind__in=set(kinds)).order_by("id")
+    assert [as_read(e) for e in PUBLISHED_EVENTS] == [as_read(e) for e in read]
 
 
 def test_inside_a_callers_transaction_a_write_is_part_of_it(claimed, settings):
