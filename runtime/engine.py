@@ -246,6 +246,7 @@ class _Heartbeat:
 class _Turn:
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.run_id = str(run.pk)  # a uuid's text, built once: each call's ids begin with it
         # A run's first claim has logged nothing yet: the claim says so (store.claim), and
         # saves the two reads.
         self.ops: dict[str, Operation] = {}
@@ -444,7 +445,7 @@ class _Turn:
         try:
             with tracing.model_span(self.run, key, request) as span:
                 raw = registry.model_client(agent).complete(
-                    request, operation_id=keys.operation_id(self.run.pk, key)
+                    request, operation_id=keys.operation_id(self.run_id, key)
                 )
                 span.model_response(raw)
             # Text the database cannot store (NUL, lone surrogates) fails like bad output.
@@ -688,7 +689,7 @@ class _Turn:
     def _invoke(self, tool: Tool, args: BaseModel, op: Operation) -> tuple[Any, bool]:
         """Run the handler; an exception it raises is an outcome the model sees."""
         assert tool.handler is not None
-        context = _context(self.run, op)
+        context = _context(self.run, self.run_id, op)
         try:
             value = tool.handler(args, context)
             faults.reach("in_handler", self.run, op.key, tool.name)
@@ -942,11 +943,11 @@ def _request_parts(agent: Agent) -> tuple[list[ToolSpec], dict[str, Any]]:
     return tools, parts
 
 
-def _context(run: Run, op: Operation) -> ToolContext:
+def _context(run: Run, run_id: str, op: Operation) -> ToolContext:
     return ToolContext(
-        run_id=str(run.pk),
+        run_id=run_id,
         operation_key=op.key,
-        operation_id=op.operation_id,
+        operation_id=keys.operation_id(run_id, op.key),
         attempt=op.attempts,
         fence=run.fence,
     )
