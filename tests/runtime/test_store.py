@@ -191,7 +191,7 @@ def test_events_are_published_only_after_their_write_committed(claimed, settings
     intent(claimed, key="step-1/tool/c")
     store.transition(claimed, RunStatus.COMPLETED, "completed", output="hi")
     kinds = ["intent", "outcome", "intent", "outcome", "intent", "completed"]
-    assert PUBLISHED == [(kind, True) for kind in kinds]
+    assert [(kind, True) for kind in kinds] == PUBLISHED
     # Each as the ORM reads it back, every column built, with its own id.
     assert [e.get_deferred_fields() for e in PUBLISHED_EVENTS] == [set()] * len(kinds)
     read = Event.objects.filter(run=claimed, kind__in=set(kinds)).order_by("id")
