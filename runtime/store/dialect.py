@@ -7,7 +7,7 @@ record is three writes: the fence (the run's lease renewed while the run is stil
 operation row, and its event; a record may also carry the held outcome of the call before it
 (the fold, runtime/store/worker.py). How those three are sent is the dialect's business:
 runtime/store/postgres.py makes them one statement, runtime/store/sqlite.py three statements in
-one IMMEDIATE transaction.
+one IMMEDIATE transaction (four when it carries an outcome).
 """
 
 from __future__ import annotations
