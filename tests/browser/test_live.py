@@ -99,6 +99,13 @@ document.addEventListener("htmx:wsBeforeMessage", (event) => {
 PUSHED_AND_QUIET = (
     "upTo => window.pushedUpTo >= upTo && performance.now() - window.lastPushAt > 1000"
 )
+# Marks when the retry's answer has been swapped in and settled.
+ANSWER_SETTLED = """() => document.body.addEventListener("htmx:afterSettle", (e) => {
+    if ((e.detail.pathInfo || {}).requestPath?.endsWith("/retry/")) window.answerSettled = true;
+})"""
+CURSOR_AT_LEAST = (
+    "upTo => Number(document.querySelector('#live-cursor')?.dataset.event || 0) >= upTo"
+)
 
 
 def test_an_action_in_flight_keeps_its_region_from_pushes_and_the_page_catches_up_after_it(
@@ -130,10 +137,14 @@ def test_an_action_in_flight_keeps_its_region_from_pushes_and_the_page_catches_u
     finished = desk.wait_status(run, RunStatus.COMPLETED)
     completed = Event.objects.get(run=run, kind=EventKind.COMPLETED).pk
     page.wait_for_function(PUSHED_AND_QUIET, arg=completed)
+    page.evaluate(ANSWER_SETTLED)
     held[0].fulfill(response=answer)
 
     # The answer found its regions (no oobErrorNoTarget, checked with the page's console when
-    # the test ends), and what it put back, older than the pushes, was caught up.
+    # the test ends), and what it put back, older than the pushes, was caught up: looked at
+    # once the answer has settled, before which the page still shows the pushes' state.
+    page.wait_for_function("() => window.answerSettled === true")
+    page.wait_for_function(CURSOR_AT_LEAST, arg=completed)
     page.locator("#run-header .badge", has_text="completed").wait_for()
     page.locator("#run-transcript", has_text=finished.output[:40]).wait_for()
     cursor = page.locator("#live-cursor").get_attribute("data-event")
