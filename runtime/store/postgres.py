@@ -15,8 +15,9 @@ the whole record back.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import psycopg
@@ -205,19 +206,24 @@ SELECT {RUN_COLUMNS}, event FROM started, ev"""
 # A threshold no query reaches: psycopg then prepares only what asks for it (prepare=True).
 _EXPLICIT_ONLY = 2**62
 
+# The store's cursor of each connection, kept as long as the connection. A cursor caches the
+# dumper of each parameter type it has sent; a new cursor per record looked every dumper up
+# again, a seventh of a call's Python. Every statement's rows are fetched before the next
+# statement runs, so the store's nested writes can share it.
+_CURSORS: weakref.WeakKeyDictionary[Any, psycopg.Cursor[Any]] = weakref.WeakKeyDictionary()
+
 
 class Postgres(Dialect):
     vendor: ClassVar[str] = "postgresql"
     one_statement: ClassVar[bool] = True
 
-    @contextmanager
-    def cursor(self, db: BaseDatabaseWrapper) -> Iterator[Any]:
+    def cursor(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:
         # A server-binding cursor: Django's binds client-side, which cannot prepare statements.
-        cursor = psycopg.Cursor(db.connection)
-        try:
-            yield cursor
-        finally:
-            cursor.close()
+        raw = db.connection
+        cursor = _CURSORS.get(raw)
+        if cursor is None or cursor.closed:
+            cursor = _CURSORS[raw] = psycopg.Cursor(raw)
+        return nullcontext(cursor)
 
     def execute(
         self, db: BaseDatabaseWrapper, cursor: Any, sql: str, params: dict[str, Any]

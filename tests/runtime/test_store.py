@@ -11,6 +11,7 @@ import datetime as dt
 import zoneinfo
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -259,3 +260,51 @@ def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
 def test_a_record_writes_a_time_as_djangos_adapter_does(moment):
     db = store.connection()
     assert dialect_of(db).moment(db, moment) == db.ops.adapt_datetimefield_value(moment)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_runs_records_look_their_parameters_dumpers_up_once(claimed, monkeypatch):
+    """The store keeps one cursor per connection. psycopg keeps a cursor's dumpers while it
+    runs the same statement again, as a run's records do (each intent carrying the outcome
+    before it); a new cursor per record looked a record's 25 parameters' dumpers up again."""
+    from psycopg.adapt import AdaptersMap
+
+    def carried_intent(key: str) -> Operation:
+        op = intent(claimed, key=key)
+        store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={}, hold=True)
+        return op
+
+    carried_intent("step-1/tool/a")
+    carried_intent("step-2/model")  # the first intent that carries an outcome
+    lookups: list[type] = []
+    get_dumper = AdaptersMap.get_dumper
+
+    def counted(self: AdaptersMap, cls: type, format: Any) -> Any:
+        lookups.append(cls)
+        return get_dumper(self, cls, format)
+
+    monkeypatch.setattr(AdaptersMap, "get_dumper", counted)
+    carried_intent("step-2/tool/b")
+    carried_intent("step-3/model")
+    assert lookups == []
+    assert Operation.objects.filter(run=claimed, status="completed").count() == 3
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_new_connection_or_a_closed_cursor_gets_a_cursor_of_its_own(claimed):
+    db = store.connection()
+    dialect = dialect_of(db)
+    with dialect.cursor(db) as kept:
+        pass
+    intent(claimed)
+    with dialect.cursor(db) as same:
+        assert same is kept
+    kept.close()  # whatever closed it, the next write is not refused for it
+    intent(claimed, key="step-2/model")
+    with dialect.cursor(db) as fresh:
+        assert fresh is not kept and not fresh.closed
+    db.close()  # a dropped connection: Django opens a new one, whose cursor is new
+    intent(claimed, key="step-3/model")
+    with dialect.cursor(db) as reopened:
+        assert reopened is not fresh and reopened.connection is db.connection
+    assert writes_of(claimed)[0] == 3
