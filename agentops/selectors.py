@@ -98,6 +98,13 @@ def _max_attempts(run: Run) -> int | None:
     return agent.model_retry.max_attempts if agent and agent.model_retry else None
 
 
+# A run's columns that grow with it and that no list shows: its transcript (every message it
+# added) and a fork's seed and edits. Read per row, a page of long runs read and decoded them
+# all. The inbox's rows show neither the message nor the answer either.
+GROWING = ("transcript", "fork_context")
+INBOX_UNSHOWN = (*GROWING, "input", "output")
+
+
 def _first(
     rows: QuerySet[Any], order: Sequence[Any], shown: QuerySet[Any], *, total: int
 ) -> list[Any]:
@@ -135,7 +142,9 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     total_attention = counts.get(RunStatus.NEEDS_ATTENTION, 0)
     total_retries = counts.get(RunStatus.RETRY_WAIT, 0)
     # No queue joins the runs' sessions: the inbox shows nothing of them.
-    shown = Interaction.objects.select_related("run", "work")
+    shown = Interaction.objects.select_related("run", "work").defer(
+        *(f"run__{column}" for column in (*INBOX_UNSHOWN, "attention_detail"))
+    )
     approvals = _first(
         pending.filter(kind=InteractionKind.TOOL_APPROVAL),
         work.INBOX_ORDER,
@@ -153,13 +162,13 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     attention = _first(
         Run.objects.filter(status=RunStatus.NEEDS_ATTENTION),
         ("updated_at", "pk"),
-        Run.objects.all(),
+        Run.objects.defer(*INBOX_UNSHOWN),
         total=total_attention,
     )
     retries = _first(
         Run.objects.filter(status=RunStatus.RETRY_WAIT),
         ("next_attempt_at", "pk"),
-        Run.objects.annotate(
+        Run.objects.defer(*INBOX_UNSHOWN, "attention_detail").annotate(
             attempt=Subquery(
                 Operation.objects.filter(
                     run=OuterRef("pk"), kind=OperationKind.MODEL, status=OperationStatus.FAILED
@@ -335,7 +344,7 @@ def _after(at: dt.datetime, pk: uuid.UUID) -> Q:
 
 def runs_page(filters: RunFilters, *, before: str = "", after: str = "") -> Page:
     """Newest first, PAGE_SIZE at a time; `before`/`after` are cursors of neighbouring rows."""
-    runs = filtered_runs(filters)
+    runs = filtered_runs(filters).defer(*GROWING, "attention_detail")
     newest_first = ("-created_at", "-pk")
     older_cursor = parse_run_cursor(before) if before else None
     newer_cursor = parse_run_cursor(after) if after and not older_cursor else None

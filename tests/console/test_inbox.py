@@ -108,6 +108,20 @@ def test_it_reads_no_session_which_it_does_not_show(world, as_user):
     assert not [q["sql"] for q in captured.captured_queries if "agentops_session" in q["sql"]]
 
 
+def test_it_reads_no_column_that_grows_with_a_run(world, as_user):
+    """A run's transcript, a fork's seed, a message and an answer can each be long, and no
+    queue shows them: read for every row of every queue, they were decoded for nothing."""
+    fill(world, 2)
+    client = as_user("operator")
+    with CaptureQueriesContext(connection) as captured:
+        html = client.get("/").content.decode()
+    assert html.count('class="button small"') == 4 * 2
+    read = " ".join(q["sql"] for q in captured.captured_queries)
+    for column in ("transcript", "fork_context", "input", "output"):
+        assert f'"agentops_run"."{column}"' not in read, column
+    assert '"agentops_run"."attention_detail"' in read  # the blocked runs' queue shows it
+
+
 @pytest.mark.parametrize("n", [3, 30])
 def test_it_builds_the_inbox_with_a_fixed_number_of_queries(
     world, as_user, django_assert_num_queries, n

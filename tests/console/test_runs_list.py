@@ -6,6 +6,8 @@ import datetime as dt
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agentops import selectors
 from runtime import clock, submit
@@ -151,3 +153,18 @@ def test_it_lists_runs_with_a_fixed_number_of_queries(world, as_user, django_ass
     with django_assert_num_queries(RUNS_QUERIES):
         html = client.get("/runs/", {"q": "A1", "status": "needs_attention"}).content.decode()
     assert len(listed(html)) == n
+
+
+def test_it_reads_no_column_that_grows_with_a_run(world, as_user):
+    """A completed run's transcript holds every message it added, a fork's context its seed: a
+    page of long runs read and decoded them all, though no row shows them."""
+    world.run("completed")
+    world.run("blocked")
+    client = as_user("operator")
+    with CaptureQueriesContext(connection) as captured:
+        html = client.get("/runs/").content.decode()
+    assert len(listed(html)) == 2
+    (page,) = [q["sql"] for q in captured.captured_queries if "ORDER BY" in q["sql"]]
+    for column in ("transcript", "fork_context", "attention_detail"):
+        assert f'"agentops_run"."{column}"' not in page, column
+    assert '"agentops_run"."input"' in page  # what a row shows is still read with the page
