@@ -14,6 +14,7 @@ Every function runs a fixed number of queries, whatever the number of items.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -42,6 +43,19 @@ from runtime.transcript import session_history
 RECENT_DAYS = 30
 RELATED_SCAN = 500
 RELATED_SHOWN = 10
+# What a candidate's subject, summary and state are made of (its run: for the agent's code).
+RELATED_COLUMNS = (
+    "run__agent",
+    "run__version",
+    "operation_key",
+    "kind",
+    "tool_name",
+    "payload",
+    "status",
+    "response",
+    "responded_by",
+    "created_at",
+)
 # Places listed per argument value, and the shortest text value looked for (a one-letter value
 # is everywhere).
 SOURCES_SHOWN = 3
@@ -301,7 +315,8 @@ def _summary(tool: Tool | None, arguments: Any) -> str:
 
 def related_calls(items: Iterable[Interaction]) -> dict[Any, list[Related]]:
     """For each approval in `items`: the other pending and recent approvals of its tool on the
-    same subject, newest first. Two queries, whatever the number of items."""
+    same subject, newest first. Two queries whatever the number of items (one when no item
+    has another call on its subject)."""
     items = list(items)
     names = {item.pk: item.tool_name for item in items}
     keyed = {pk: (names[pk], subject) for pk, subject in subjects_of(items).items()}
@@ -316,32 +331,42 @@ def related_calls(items: Iterable[Interaction]) -> dict[Any, list[Related]]:
             tool_name__in=tool_names,
         )
         .select_related("run")
+        # Up to RELATED_SCAN rows at every inbox render: only what a candidate is judged by.
+        .only(*RELATED_COLUMNS)
         .order_by("-created_at", "-pk")[:RELATED_SCAN]
     )
-    keys = [(c.run_id, c.operation_key) for c in candidates]
+    by_subject: dict[tuple[str, str], list[Interaction]] = {}
+    for candidate in candidates:
+        tool = code_tool(candidate.run, candidate.tool_name)
+        subject = subject_of(tool, (candidate.payload or {}).get("arguments"))
+        if subject:
+            by_subject.setdefault((candidate.tool_name, subject), []).append(candidate)
+    # Each item shows the first RELATED_SHOWN others of its subject: only those are looked at
+    # further, however many the scan found (a subject with hundreds of pending calls is when
+    # the warning matters most).
+    shown = {
+        pk: list(
+            itertools.islice((c for c in by_subject.get(key, []) if c.pk != pk), RELATED_SHOWN)
+        )
+        for pk, key in keyed.items()
+    }
+    every = {c.pk: c for others in shown.values() for c in others}.values()
     operations = {
         (op.run_id, op.key): op
         for op in Operation.objects.filter(
-            run_id__in={run_id for run_id, _ in keys}, name__in=tool_names
+            run_id__in={c.run_id for c in every}, name__in=tool_names
         ).only("run_id", "key", "status", "is_error")
     }
-    by_subject: dict[tuple[str, str], list[Related]] = {}
-    for candidate in candidates:
-        tool = code_tool(candidate.run, candidate.tool_name)
-        arguments = (candidate.payload or {}).get("arguments")
-        subject = subject_of(tool, arguments)
-        if not subject:
-            continue
-        state, pending = _state(
-            candidate, operations.get((candidate.run_id, candidate.operation_key))
-        )
-        by_subject.setdefault((candidate.tool_name, subject), []).append(
-            Related(candidate, _summary(tool, arguments), state, pending)
-        )
-    return {
-        pk: [r for r in by_subject.get(key, []) if r.interaction.pk != pk][:RELATED_SHOWN]
-        for pk, key in keyed.items()
-    }
+    related = {c.pk: _related(c, operations) for c in every}
+    return {pk: [related[c.pk] for c in others] for pk, others in shown.items()}
+
+
+def _related(candidate: Interaction, operations: dict[tuple[Any, str], Operation]) -> Related:
+    tool = code_tool(candidate.run, candidate.tool_name)
+    state, pending = _state(candidate, operations.get((candidate.run_id, candidate.operation_key)))
+    return Related(
+        candidate, _summary(tool, (candidate.payload or {}).get("arguments")), state, pending
+    )
 
 
 def subjects_of(items: Iterable[Interaction]) -> dict[Any, str]:

@@ -12,8 +12,11 @@ from dataclasses import replace
 from html import unescape
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agentops.decisions import RELATED_SCAN
 from demo import agents
 from demo.brain import RefundDeskBrain
 from demo.models import Customer, Order
@@ -170,7 +173,7 @@ def test_it_builds_the_decision_page_with_a_fixed_number_of_queries(
     client = as_user("approver")
     approval = refund_waiting("Please refund $20 of order 1003.")
     client.get(f"/interactions/{approval.pk}/")  # warm: sessions, permissions
-    with django_assert_num_queries(DECISION_QUERIES):
+    with django_assert_num_queries(DECISION_QUERIES - 1):  # no other call: no operations read
         client.get(f"/interactions/{approval.pk}/")
     for amount in range(11, 16):
         refund_waiting(f"Please refund ${amount} of order 1003.")
@@ -185,13 +188,26 @@ def test_it_builds_the_inbox_with_related_calls_in_a_fixed_number_of_queries(
     client = as_user("approver")
     refund_waiting("Please refund $20 of order 1003.")
     client.get("/")
-    with django_assert_num_queries(INBOX_QUERIES):
+    with django_assert_num_queries(INBOX_QUERIES - 1):  # no other call: no operations read
         client.get("/")
     for amount in range(11, 16):
         refund_waiting(f"Please refund ${amount} of order 1003.")
     with django_assert_num_queries(INBOX_QUERIES):
         html = client.get("/").content.decode()
     assert text(html).count("⚠ 5 other calls on order 1003") == 6
+
+
+def test_the_related_calls_scan_reads_of_each_run_only_what_names_its_code(desk, as_user):
+    """The scan takes up to RELATED_SCAN approvals at every inbox render: of their runs, only the
+    agent and version (which name the code that says a call's subject), not whole rows."""
+    for amount in range(11, 14):
+        refund_waiting(f"Please refund ${amount} of order 1003.")
+    with CaptureQueriesContext(connection) as captured:
+        html = as_user("approver").get("/").content.decode()
+    assert text(html).count("⚠ 2 other calls on order 1003") == 3
+    (scan,) = [q["sql"] for q in captured.captured_queries if f"LIMIT {RELATED_SCAN}" in q["sql"]]
+    run_columns = set(re.findall(r'"agentops_run"\."(\w+)"', scan))
+    assert run_columns == {"id", "agent", "version"}
 
 
 # Session, user, permissions (one query: agentops.backends), the interaction, operations, the
