@@ -10,6 +10,7 @@ import datetime as dt
 import functools
 import json
 import re
+import unicodedata
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator, add_truncation_text, calculate_truncate_chars_length
 
 from runtime import Money
 
@@ -89,9 +91,27 @@ def has_invisible(value: Any) -> bool:
 
 
 @register.filter
-def shown(value: Any) -> SafeString:
-    """Agent- or user-supplied text for a page: escaped, invisible characters made visible."""
-    return reveal("" if value is None else value)
+def shown(value: Any, length: int | None = None) -> SafeString:
+    """Agent- or user-supplied text for a page: escaped, invisible characters made visible;
+    with `length` (`{{ run.input|shown:80 }}`), cut to that many characters first."""
+    text = "" if value is None else str(value)
+    return reveal(text if length is None else clipped(text, int(length)))
+
+
+def clipped(text: str, length: int) -> str:
+    """`text` cut to `length` characters, "…" last, exactly as Django's truncatechars cuts it.
+
+    truncatechars walks the text a character at a time to skip combining characters, which it
+    does not count: a list of 50 rows cut two texts each spent a tenth of its time there. Text
+    that fits needs no walk, and ASCII text has no combining characters to skip."""
+    text = unicodedata.normalize("NFC", text)  # as truncatechars counts
+    if length <= 0:
+        return ""
+    if len(text) <= length:
+        return text
+    if text.isascii():
+        return add_truncation_text(text[: calculate_truncate_chars_length(length, None)], None)
+    return Truncator(text).chars(length)
 
 
 def format_money(value: Any, money: Money) -> str:
@@ -257,10 +277,6 @@ def tool_result_text(block: dict[str, Any]) -> SafeString:
     return pretty_json(content)
 
 
-def _utc(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 @register.simple_tag(takes_context=True)
 def page_query(context: template.Context, **cursor: str) -> str:
     """The current query string with the page cursor replaced by `cursor` (before/after)."""
@@ -285,7 +301,11 @@ def _when(value: dt.datetime | None, mark: str) -> SafeString | str:
     # moment, so a pushed fragment equals a fresh page.
     if value is None:
         return "—"
-    return format_html('<time datetime="{}" {}>{}</time>', iso(value), mark, _utc(value))
+    utc = value.astimezone(dt.UTC)
+    # Safe without escaping: both are digits, "-", ":", ".", "+", "T", " " and "UTC". (A list
+    # shows two a row: format_html's escaping was a tenth of the runs list's time.)
+    exact, text = utc.isoformat(timespec="milliseconds"), f"{utc:%Y-%m-%d %H:%M:%S} UTC"
+    return mark_safe(f'<time datetime="{exact}" {mark}>{text}</time>')
 
 
 @register.simple_tag

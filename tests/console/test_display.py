@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from html import unescape
 
 import pytest
+from django.template.defaultfilters import truncatechars
 from django.test import Client
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agentops.models import OperatorProfile
-from agentops.templatetags.console import reveal
+from agentops.templatetags.console import clipped, countdown, reveal, when
 from runtime import respond, submit
 from runtime.llm.scripted import call, say
 from runtime.models import Event
@@ -79,6 +83,17 @@ def test_it_never_sends_an_invisible_character_to_a_page(world, disguised, as_us
         assert "U+202E" in html, path
 
 
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(), length=st.integers(-2, 90))
+@example(text="e\u0301" * 50, length=40)  # combining accents: not counted
+@example(text="x" * 80, length=80)  # fits exactly
+@example(text="x" * 81, length=80)
+@example(text="\u212b" * 3, length=2)  # normalized (NFC) before it is counted
+@example(text="abc", length=1)
+def test_a_text_is_cut_exactly_as_truncatechars_cuts_it(text, length):
+    assert clipped(text, length) == truncatechars(text, length)
+
+
 def test_it_folds_intent_and_outcome_into_one_row_named_by_the_tool(world, as_user):
     run = world.run("waiting")
     interaction = world.pending(run)
@@ -115,6 +130,18 @@ def test_it_shows_every_time_in_one_format(world, as_user):
     times = re.findall(r"<time [^>]+>", html)
     assert times and all("data-when" in t or "data-countdown" in t for t in times)
     assert 'class="countdown-at"' in html  # the exact due time beside the countdown
+
+
+def test_a_moment_is_its_utc_time_to_the_millisecond_and_as_text():
+    berlin = dt.timezone(dt.timedelta(hours=1))
+    moment = dt.datetime(2025, 1, 2, 16, 1, 5, 123456, tzinfo=berlin)
+    assert when(moment) == (
+        '<time datetime="2025-01-02T15:01:05.123+00:00" data-when>2025-01-02 15:01:05 UTC</time>'
+    )
+    assert countdown(moment).startswith(
+        '<time datetime="2025-01-02T15:01:05.123+00:00" data-countdown>2025-01-02 15:01:05 UTC'
+    )
+    assert when(None) == "—"
 
 
 def test_it_sends_an_actions_notice_for_the_area_a_live_push_leaves_alone(world, as_user):
