@@ -7,6 +7,8 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentops.integrations import cost
 from runtime import clock, submit
@@ -109,3 +111,80 @@ def test_the_run_page_and_the_runs_list_show_the_cost(priced_run, operator):
     assert "no price for mystery-model" in listing
     unknown_page = operator.get(f"/runs/{unknown.pk}/").content.decode()
     assert "unknown" in unknown_page and "$0" not in unknown_page
+
+
+# A request's recorded usage as the providers and our fakes write it, odd values included.
+usages = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            name: st.one_of(st.integers(-5, 3_000_000), st.booleans(), st.none(), st.just("9"))
+            for name in cost.PRICED_FIELDS
+        },
+    ),
+)
+requests = st.lists(
+    st.tuples(st.sampled_from(["r1", "r2"]), st.sampled_from([*PRICES, "mystery"]), usages),
+    max_size=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(requests=requests)
+def test_a_runs_cost_summed_per_model_is_its_requests_priced_one_by_one(requests):
+    """for_runs sums a run's requests per model before pricing them (a page of runs makes a few
+    hundred): the same tokens, cost and unpriced models as pricing each request."""
+    one_by_one: dict[str, cost.Usage] = {}
+    summed: dict[tuple[str, str], dict[str, int]] = {}
+    for run, model, usage in requests:
+        one_by_one.setdefault(run, cost.Usage()).add(model, usage)
+        tokens = summed.setdefault((run, model), {})
+        for name, amount in cost.counted(usage).items():
+            tokens[name] = tokens.get(name, 0) + amount
+    at_once: dict[str, cost.Usage] = {}
+    for (run, model), tokens in summed.items():
+        at_once.setdefault(run, cost.Usage()).add(model, tokens)
+    for run, usage in one_by_one.items():
+        assert at_once[run] == usage, run
+
+
+def test_a_page_of_runs_is_priced_once_per_run_and_model(priced_run, monkeypatch):
+    runs = [priced_run("desk"), priced_run("desk"), priced_run("mystery", model="mystery-model")]
+    for run in runs:  # three requests each
+        request = Operation.objects.get(run=run, kind="model")
+        for step in (2, 3):
+            request.pk, request.key = None, f"step-{step}/model"
+            request.save()
+    priced: list[str] = []
+    price_of = cost.price_of
+
+    def counting(model: str, tokens: dict[str, int]) -> Decimal | None:
+        priced.append(model)
+        return price_of(model, tokens)
+
+    monkeypatch.setattr(cost, "price_of", counting)
+    usages = cost.for_runs(run.pk for run in runs)
+    assert sorted(priced) == ["claude-sonnet-4-5", "claude-sonnet-4-5", "mystery-model"]
+    assert [usages[run.pk].cost for run in runs] == [Decimal("13.5"), Decimal("13.5"), None]
+    assert usages[runs[0].pk].total_tokens == 3 * 1_100_000
+
+
+def test_the_cost_cell_says_the_cost_and_its_tokens_and_escapes_a_models_name():
+    from agentops.integrations.templatetags.integrations import _cost_html
+
+    priced = cost.Usage()
+    priced.add("claude-sonnet-4-5", {"input_tokens": 1_000_000, "cache_read_input_tokens": 7})
+    assert _cost_html(priced) == (
+        '<span class="cost" title="1000000 input, 0 output, 0 cache write, 7 cache read tokens">'
+        '$3.00 <span class="muted small">· 1000007 tokens</span></span>'
+    )
+    hostile = cost.Usage()
+    hostile.add("<img src=x onerror=alert(1)>", {"output_tokens": 5})
+    html = _cost_html(hostile)
+    assert "<img" not in html
+    assert "(no price for &lt;img src=x onerror=alert(1)&gt;)" in html
+    assert _cost_html(cost.Usage(cost=None)).startswith(
+        '<span class="cost" title="0 input, 0 output, 0 cache write, 0 cache read tokens">'
+        '<span class="unknown">unknown</span> '
+    )
