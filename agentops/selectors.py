@@ -103,6 +103,27 @@ def _max_attempts(run: Run) -> int | None:
 # all. The inbox's rows show neither the message nor the answer either.
 GROWING = ("transcript", "fork_context")
 INBOX_UNSHOWN = (*GROWING, "input", "output")
+# What an approval's or a question's row is made of: of its run, the agent and version (which
+# name the code); of its work item, its timers, flag and claims. The inbox is rendered up to
+# ten times a second per process under load: building its rows' whole models was a quarter of
+# its selector's CPU (15,100 function calls an inbox with 25 approvals, 11,100 without).
+INBOX_ITEM = (
+    "kind",
+    "tool_name",
+    "operation_key",
+    "payload",
+    "status",
+    "created_at",
+    "run__agent",
+    "run__version",
+    "work__policy",
+    "work__expires_at",
+    "work__escalated_at",
+    "work__flagged",
+    "work__claimed_by",
+    "work__claim_expires_at",
+    "work__assigned_to",
+)
 
 
 def _first(
@@ -142,9 +163,7 @@ def inbox(user: str = "", show: str = "") -> dict[str, Any]:
     total_attention = counts.get(RunStatus.NEEDS_ATTENTION, 0)
     total_retries = counts.get(RunStatus.RETRY_WAIT, 0)
     # No queue joins the runs' sessions: the inbox shows nothing of them.
-    shown = Interaction.objects.select_related("run", "work").defer(
-        *(f"run__{column}" for column in (*INBOX_UNSHOWN, "attention_detail"))
-    )
+    shown = Interaction.objects.select_related("run", "work").only(*INBOX_ITEM)
     approvals = _first(
         pending.filter(kind=InteractionKind.TOOL_APPROVAL),
         work.INBOX_ORDER,

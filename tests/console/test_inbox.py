@@ -120,6 +120,12 @@ def test_it_reads_no_column_that_grows_with_a_run(world, as_user):
     for column in ("transcript", "fork_context", "input", "output"):
         assert f'"agentops_run"."{column}"' not in read, column
     assert '"agentops_run"."attention_detail"' in read  # the blocked runs' queue shows it
+    # An approval's or a question's row: of its run, what names the code and nothing else.
+    queues = [q["sql"] for q in captured.captured_queries if '"agentops_workitem"' in q["sql"]]
+    assert len(queues) == 2
+    for sql in queues:
+        selected = sql.split(" FROM ", 1)[0]
+        assert set(re.findall(r'"agentops_run"\."(\w+)"', selected)) == {"id", "agent", "version"}
 
 
 @pytest.mark.parametrize("n", [3, 30])
