@@ -10,7 +10,8 @@ page then keeps that action's region and catches up when it ends (static/agentop
 What an event costs does not grow with the sockets that show it. The sockets of pages that show
 the same HTML whoever looks (the inbox, per filter) share their renders (`Renders`: one at a
 time, each serving every socket waiting for it), and a page renders at most `RENDER_BURST`
-times at once and `RENDER_RATE` times a second after that. An event alone is pushed at once;
+times at once and `RENDER_RATE` times a second after that, and rests after a render that had
+to wait for a core (`RENDER_REST`). An event alone is pushed at once;
 under a stream of events each socket sends at most one frame per render, however fast renders
 could be made (an inbox frame is the whole fragment, some 50 KB at 25 rows a queue).
 """
@@ -38,6 +39,11 @@ from agentops.views.fragments import LivePage, change_of, live_page, socket_requ
 # and in a stream of events one waits 100 ms at most for its render to begin.
 RENDER_BURST = 10
 RENDER_RATE = 10.0
+# And after a render that waited for a core (its time less its thread's CPU time, the database's
+# answers included), the page rests this many times that wait before its next: on a busy
+# machine a page renders less often and leaves the cores to the requests, where on a quiet one
+# a render hardly waits and the pace above binds first.
+RENDER_REST = 2.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class Renders:
         # When the latest render began reading; None while it is due or waits for its thread.
         self.began: float | None = None
         self.tokens, self.refilled = float(RENDER_BURST), time.monotonic()
+        # No render begins before this (time.monotonic): the rest after the last one.
+        self.rested = 0.0
 
     async def after(
         self, moment: float, changes: frozenset[str], render: Callable[[frozenset[str]], str]
@@ -90,11 +98,17 @@ class Renders:
         self, changes: frozenset[str], render: Callable[[frozenset[str]], str]
     ) -> asyncio.Future[Render]:
         self.began, self.changes = None, changes
-        wait = self._spend_token()
+        wait = max(self._spend_token(), self.rested - time.monotonic())
 
         def begin() -> Render:
             self.began = began = time.monotonic()
-            return Render(began, changes, render(changes))
+            working = time.thread_time()
+            try:
+                return Render(began, changes, render(changes))
+            finally:
+                ended = time.monotonic()
+                waited = max(0.0, (ended - began) - (time.thread_time() - working))
+                self.rested = ended + RENDER_REST * waited
 
         async def due() -> Render:
             if wait:

@@ -21,7 +21,7 @@ from django.test import Client
 
 from agentops import consumers, live
 from agentops.asgi import application
-from agentops.consumers import RENDER_BURST, RENDER_RATE, LiveConsumer, Renders
+from agentops.consumers import RENDER_BURST, RENDER_RATE, RENDER_REST, LiveConsumer, Renders
 from agentops.views.fragments import STATUS, live_page, socket_request
 from agentops.work import FILTERS
 from runtime import cancel, respond, retry, work
@@ -609,6 +609,31 @@ def test_a_stream_of_events_is_rendered_at_the_pages_pace_and_the_last_frame_sho
     # Nothing lost: every socket's last frame is from a render begun after its last event.
     assert all(consumer.pending == [] for consumer, _ in sockets)
     assert all(sent[-1] == sockets[0][1][-1] for _, sent in sockets)
+
+
+def test_after_a_render_that_waited_the_page_rests_before_its_next():
+    """A render that spent its time waiting (for a core, for the database), not working: the
+    machine is busy, and the page leaves it to the requests for RENDER_REST times that wait."""
+    rendered: list[float] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(time.monotonic())
+        time.sleep(0.03)  # waits: no CPU of its thread
+        return f"frame {len(rendered)}"
+
+    async def scenario() -> list[str]:
+        consumer, sent = bare_consumer(Renders(), render)
+        consumer.deliver(WAITING)
+        await asyncio.wait_for(began(rendered), timeout=10)
+        await asyncio.sleep(0.04)  # the first render is done; the next event comes
+        consumer.deliver(WAITING)
+        assert consumer.flush_task is not None
+        await consumer.flush_task
+        return sent
+
+    assert async_to_sync(scenario)() == ["frame 1", "frame 2"]
+    # The burst had tokens for both: only the rest held the second back.
+    assert rendered[1] - rendered[0] >= 0.03 * (1 + RENDER_REST) - 0.01
 
 
 def test_a_failed_render_is_not_reused_the_next_event_renders_again():
