@@ -102,7 +102,7 @@ def clipped(text: str, length: int) -> str:
     """`text` cut to `length` characters, "…" last, exactly as Django's truncatechars cuts it.
 
     truncatechars walks the text a character at a time to skip combining characters, which it
-    does not count: a list of 50 rows cut two texts each spent a tenth of its time there. Text
+    does not count: a list of 50 rows that cut two texts each spent 7 % of its time there. Text
     that fits needs no walk, and ASCII text has no combining characters to skip."""
     text = unicodedata.normalize("NFC", text)  # as truncatechars counts
     if length <= 0:
@@ -303,7 +303,7 @@ def _when(value: dt.datetime | None, mark: str) -> SafeString | str:
         return "—"
     utc = value.astimezone(dt.UTC)
     # Safe without escaping: both are digits, "-", ":", ".", "+", "T", " " and "UTC". (A list
-    # shows two a row: format_html's escaping was a tenth of the runs list's time.)
+    # shows two a row: built with format_html, they were a tenth of the runs list's time.)
     exact, text = utc.isoformat(timespec="milliseconds"), f"{utc:%Y-%m-%d %H:%M:%S} UTC"
     return mark_safe(f'<time datetime="{exact}" {mark}>{text}</time>')
 
