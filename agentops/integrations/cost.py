@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -111,12 +112,10 @@ def for_runs(run_ids: Iterable[Any]) -> dict[Any, Usage]:
     tokens, and a page of runs makes a few hundred requests of one or two models (priced one at
     a time, they were a tenth of the runs list's time)."""
     ids = list(run_ids)
-    summed: dict[tuple[Any, str], dict[str, int]] = {}
+    summed: dict[tuple[Any, str], Counter[str]] = {}
     if ids:
         for run_id, model, usage in _model_usages(Operation.objects.filter(run_id__in=ids)):
-            tokens = summed.setdefault((run_id, model), {})
-            for name, amount in counted(usage).items():
-                tokens[name] = tokens.get(name, 0) + amount
+            summed.setdefault((run_id, model), Counter()).update(counted(usage))
     usages: dict[Any, Usage] = {}
     for (run_id, model), tokens in summed.items():
         usages.setdefault(run_id, Usage()).add(model, tokens)

@@ -304,8 +304,7 @@ def _when(value: dt.datetime | None, mark: str) -> SafeString | str:
     utc = value.astimezone(dt.UTC)
     # Safe without escaping: both are digits, "-", ":", ".", "+", "T", " " and "UTC". (A list
     # shows two a row: built with format_html, they were a tenth of the runs list's time.)
-    exact, text = utc.isoformat(timespec="milliseconds"), f"{utc:%Y-%m-%d %H:%M:%S} UTC"
-    return mark_safe(f'<time datetime="{exact}" {mark}>{text}</time>')
+    return mark_safe(f'<time datetime="{iso(utc)}" {mark}>{utc:%Y-%m-%d %H:%M:%S} UTC</time>')
 
 
 @register.simple_tag
