@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -60,9 +61,10 @@ class Renders:
     A socket asks for a render of its changes that began reading the database after the oldest
     event it has not sent arrived (the event committed before it was published, so such a
     render shows it): the latest render if it qualifies, or the one in flight or due if it had
-    not begun when the event came, or else a new one once the one in flight is done, when the
-    pace allows. However many sockets wait, one render serves them all, each sends it as it is
-    made, and none sends more frames than the page has renders.
+    not begun when the event came (one not begun draws the event's regions too), or else a new
+    one once the one in flight is done, when the pace allows. However many sockets wait, one
+    render serves them all, each sends it as it is made, and none sends more frames than the
+    page has renders.
     """
 
     def __init__(self) -> None:
@@ -72,6 +74,8 @@ class Renders:
         self.changes: frozenset[str] = frozenset()  # the latest render's
         # When the latest render began reading; None while it is due or waits for its thread.
         self.began: float | None = None
+        # Guards `began` and `changes`, which the render's thread reads and sets as it begins.
+        self.lock = threading.Lock()
         self.tokens, self.refilled = float(RENDER_BURST), time.monotonic()
         # No render begins before this (time.monotonic): the rest after the last one.
         self.rested = 0.0
@@ -84,7 +88,7 @@ class Renders:
             if latest is None or latest.cancelled() or (latest.done() and latest.exception()):
                 break
             if not latest.done():
-                if changes <= self.changes and (self.began is None or self.began > moment):
+                if self.takes(changes, moment):
                     return await asyncio.shield(latest)
                 await asyncio.wait({latest})  # not the one: the next, once this one is done
                 continue
@@ -97,11 +101,14 @@ class Renders:
     def _start(
         self, changes: frozenset[str], render: Callable[[frozenset[str]], str]
     ) -> asyncio.Future[Render]:
-        self.began, self.changes = None, changes
+        with self.lock:
+            self.began, self.changes = None, changes
         wait = max(self._spend_token(), self.rested - time.monotonic())
 
         def begin() -> Render:
-            self.began = began = time.monotonic()
+            with self.lock:  # what it draws is fixed as it begins reading
+                self.began = began = time.monotonic()
+                changes = self.changes
             working = time.thread_time()
             try:
                 return Render(began, changes, render(changes))
@@ -112,12 +119,22 @@ class Renders:
 
         async def due() -> Render:
             if wait:
-                await asyncio.sleep(wait)  # the events that come meanwhile are in it too
+                await asyncio.sleep(wait)  # the events that come meanwhile join it (`takes`)
             return await database_sync_to_async(begin)()
 
         # A task of its own: a socket that closes while waiting leaves it to the others.
         self.latest = asyncio.ensure_future(due())
         return asyncio.shield(self.latest)
+
+    def takes(self, changes: frozenset[str], moment: float) -> bool:
+        """Whether the render in flight or due shows `changes` as of `moment`. One that has not
+        begun reading takes them in: it shows every event that came before it begins, but
+        draws only the regions it was asked for."""
+        with self.lock:  # against its thread beginning meanwhile
+            if self.began is None:
+                self.changes |= changes
+                return True
+            return changes <= self.changes and self.began > moment
 
     def _spend_token(self) -> float:
         """Seconds until the next render may begin (0: now), that render's token spent."""
@@ -233,8 +250,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     def _want(self, changes: set[str] | frozenset[str]) -> None:
         arrived = time.monotonic()
         self.pending.extend((arrived, change) for change in sorted(changes))
-        if self.pending and (self.flush_task is None or self.flush_task.done()):
+        if not self.pending:
+            return
+        if self.flush_task is None or self.flush_task.done():
             self.flush_task = asyncio.create_task(self._flush())
+        elif self.renders is not None:
+            # A render still due draws these too: one frame, where there would be two.
+            self.renders.takes(frozenset(changes), arrived)
 
     async def _flush(self) -> None:
         # One frame at a time, each from a render newer than the last sent, so a push never
@@ -243,8 +265,13 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         while self.pending:
             changes = frozenset(change for _, change in self.pending)
             done = await self.renders.after(self.pending[0][0], changes, self._render)
-            # What arrived before the render began is in it; the rest waits for the next frame.
-            self.pending = [(at, change) for at, change in self.pending if at >= done.began]
+            # What arrived before the render began and is among the regions it drew is in it;
+            # the rest waits for the next frame.
+            self.pending = [
+                (at, change)
+                for at, change in self.pending
+                if at >= done.began or change not in done.changes
+            ]
             if done.message:
                 await self.send(text_data=done.message)
 

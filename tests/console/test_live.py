@@ -21,7 +21,14 @@ from django.test import Client
 
 from agentops import consumers, live
 from agentops.asgi import application
-from agentops.consumers import RENDER_BURST, RENDER_RATE, RENDER_REST, LiveConsumer, Renders
+from agentops.consumers import (
+    RENDER_BURST,
+    RENDER_RATE,
+    RENDER_REST,
+    LiveConsumer,
+    Render,
+    Renders,
+)
 from agentops.views.fragments import STATUS, live_page, socket_request
 from agentops.work import FILTERS
 from runtime import cancel, respond, retry, work
@@ -634,6 +641,65 @@ def test_after_a_render_that_waited_the_page_rests_before_its_next():
     assert async_to_sync(scenario)() == ["frame 1", "frame 2"]
     # The burst had tokens for both: only the rest held the second back.
     assert rendered[1] - rendered[0] >= 0.03 * (1 + RENDER_REST) - 0.01
+
+
+def test_an_event_that_comes_while_a_render_is_due_is_in_that_render_or_the_next():
+    """A run's progress, then its new status while the render of the progress waits for its
+    turn: the status is rendered too. It once was not: its event came before that render
+    began reading, so the frame was taken to show it, but the render drew only the progress
+    regions, and the page kept "running" with the run completed."""
+    rendered: list[frozenset[str]] = []
+
+    def render(changes: frozenset[str]) -> str:
+        rendered.append(changes)
+        return f"frame {len(rendered)}"
+
+    async def scenario() -> list[str]:
+        renders = Renders()
+        renders.rested = time.monotonic() + 0.05  # the page rests after a render that waited
+        consumer, sent = bare_consumer(renders, render)
+        consumer.deliver({"kind": EventKind.OUTCOME})
+        await asyncio.sleep(0.01)  # its render is due, not begun
+        assert rendered == []
+        consumer.deliver({"kind": EventKind.COMPLETED})
+        assert consumer.flush_task is not None
+        await consumer.flush_task
+        assert consumer.pending == []
+        return sent
+
+    # One frame: the render that was due took in the change that came while it waited.
+    assert async_to_sync(scenario)() == ["frame 1"]
+    assert rendered == [frozenset({"progress", "status"})]
+
+
+def test_a_frame_shows_an_event_only_if_its_render_drew_the_events_regions():
+    """The edge of the one above: the render's thread began, fixing what it draws, in the
+    instant between an event's arrival and its joining. The event came before the render
+    began reading, but its regions are not in the frame: it waits for the next."""
+    asked: list[frozenset[str]] = []
+
+    class Drawn:
+        """Renders, answering with one that drew only the progress regions, then all."""
+
+        def takes(self, changes: frozenset[str], moment: float) -> bool:
+            return False
+
+        async def after(self, moment: float, changes: frozenset[str], render: Any) -> Render:
+            asked.append(changes)
+            drawn = frozenset({"progress"}) if len(asked) == 1 else changes
+            return Render(time.monotonic() + 60, drawn, f"frame {len(asked)}")
+
+    async def scenario() -> list[str]:
+        consumer, sent = bare_consumer(Drawn(), lambda changes: "")  # type: ignore[arg-type]
+        consumer.deliver({"kind": EventKind.OUTCOME})
+        consumer.deliver({"kind": EventKind.COMPLETED})
+        assert consumer.flush_task is not None
+        await consumer.flush_task
+        assert consumer.pending == []
+        return sent
+
+    assert async_to_sync(scenario)() == ["frame 1", "frame 2"]
+    assert asked == [frozenset({"progress", "status"}), frozenset({"status"})]
 
 
 def test_a_failed_render_is_not_reused_the_next_event_renders_again():
