@@ -33,7 +33,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agentops import live
 from agentops.views.common import VIEW
-from agentops.views.fragments import LivePage, change_of, live_page, socket_request
+from agentops.views.fragments import Frame, LivePage, change_of, live_page, socket_request
 
 # A page's renders, and so each of its sockets' frames: a burst of this many at once, then this
 # many a second (a token bucket): a few events a second on a quiet page are never held back,
@@ -52,7 +52,7 @@ class Render:
     # When it began reading the database (time.monotonic, the event loop's clock too).
     began: float
     changes: frozenset[str]
-    message: str  # "" when nothing on the page changed
+    frame: Frame
 
 
 class Renders:
@@ -81,7 +81,7 @@ class Renders:
         self.rested = 0.0
 
     async def after(
-        self, moment: float, changes: frozenset[str], render: Callable[[frozenset[str]], str]
+        self, moment: float, changes: frozenset[str], render: Callable[[frozenset[str]], Frame]
     ) -> Render:
         while True:
             latest = self.latest
@@ -99,7 +99,7 @@ class Renders:
         return await self._start(changes, render)
 
     def _start(
-        self, changes: frozenset[str], render: Callable[[frozenset[str]], str]
+        self, changes: frozenset[str], render: Callable[[frozenset[str]], Frame]
     ) -> asyncio.Future[Render]:
         with self.lock:
             self.began, self.changes = None, changes
@@ -155,6 +155,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 
     page: LivePage | None = None
     renders: Renders | None = None
+    # The newest event the page's regions reflect, as far as this socket knows: the cursor the
+    # page last sent ({"after": N}), or that of the last frame sent since.
+    shown = 0
 
     async def connect(self) -> None:
         # The events not sent yet, oldest first: when each arrived, and what it changes.
@@ -236,6 +239,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         after = content.get("after")
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             return
+        self.shown = after
         self._want(await database_sync_to_async(self.page.changes_after)(after))
 
     def deliver(self, message: dict[str, Any]) -> None:
@@ -272,10 +276,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 for at, change in self.pending
                 if at >= done.began or change not in done.changes
             ]
-            if done.message:
-                await self.send(text_data=done.message)
+            if done.frame.message:
+                await self.send(text_data=done.frame.message)
+                self.shown = done.frame.cursor
 
-    def _render(self, changes: frozenset[str]) -> str:
+    def _render(self, changes: frozenset[str]) -> Frame:
         assert self.page is not None
         request = socket_request(self.scope["user"], self.scope.get("cookies", {}))
-        return self.page.render(request, changes)
+        return self.page.render(request, changes, self.shown)

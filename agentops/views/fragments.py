@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.template.loader import render_to_string
@@ -68,25 +69,46 @@ class LivePage:
 
     def changes_after(self, after: int) -> frozenset[str]:
         """What changed since event `after`: the catch-up of a page that (re)connects."""
-        events = Event.objects.filter(pk__gt=after)
-        events = (
-            events.filter(run_id=self.run_id) if self.run_id else events.filter(run__isnull=False)
-        )
-        if events.exclude(kind__in=live.PROGRESS_KINDS).exists():
+        if self._status_changed_after(after):
             return frozenset({STATUS, PROGRESS})
-        return frozenset({PROGRESS}) if events.exists() else frozenset()
+        return frozenset({PROGRESS}) if self._events_after(after).exists() else frozenset()
 
-    def render(self, request: HttpRequest, changes: Iterable[str]) -> str:
+    def _events_after(self, after: int) -> QuerySet[Event]:
+        events = Event.objects.filter(pk__gt=after)
+        if self.run_id:
+            return events.filter(run_id=self.run_id)
+        return events.filter(run__isnull=False)
+
+    def _status_changed_after(self, after: int) -> bool:
+        return self._events_after(after).exclude(kind__in=live.PROGRESS_KINDS).exists()
+
+    def render(self, request: HttpRequest, changes: Iterable[str], shown: int = 0) -> Frame:
         """The websocket message for `changes`: the cursor, then each affected fragment.
 
-        The cursor is read first, so that an event committed while rendering is sent again.
+        `shown`: the newest event the page's regions reflect (its cursor). The cursor is read
+        first, so that an event committed while rendering is sent again. A frame without the
+        status regions looks for the status events since `shown`: one may have committed
+        before the cursor was read and not reached the socket yet, and the cursor promises
+        that the page reflects it.
         """
         cursor = selectors.last_event_id()
-        parts = self.renderer(request, frozenset(changes))
+        changes = frozenset(changes)
+        if STATUS not in changes and self._status_changed_after(shown):
+            changes |= {STATUS}
+        parts = self.renderer(request, changes)
         if not parts:
-            return ""
+            return Frame(cursor, "")
         head = format_html('<span id="live-cursor" data-event="{}" hidden></span>', cursor)
-        return "\n".join([head, *parts])
+        return Frame(cursor, "\n".join([head, *parts]))
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A live page's websocket message, and the cursor it sets: once its regions are
+    swapped, every region of the page reflects every event up to that id."""
+
+    cursor: int
+    message: str  # "" when nothing on the page changed
 
 
 def _render(names: Iterable[str], context: dict[str, Any], request: HttpRequest) -> list[str]:

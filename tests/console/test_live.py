@@ -29,7 +29,7 @@ from agentops.consumers import (
     Render,
     Renders,
 )
-from agentops.views.fragments import STATUS, live_page, socket_request
+from agentops.views.fragments import PROGRESS, STATUS, Frame, live_page, socket_request
 from agentops.work import FILTERS
 from runtime import cancel, respond, retry, work
 from runtime.models import Event, EventKind
@@ -512,7 +512,7 @@ def test_it_publishes_nothing_when_no_socket_listens_in_this_process(world, monk
 
 
 def bare_consumer(
-    renders: Renders, render: Callable[[frozenset[str]], str]
+    renders: Renders, render: Callable[[frozenset[str]], Frame]
 ) -> tuple[LiveConsumer, list[str]]:
     """A consumer as `connect` leaves it, its renders made by `render`, its frames kept."""
     consumer = LiveConsumer()
@@ -541,11 +541,11 @@ def test_an_event_alone_is_pushed_at_once_and_those_during_its_render_in_one_fra
     gate = threading.Event()
     rendered: list[frozenset[str]] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(changes)
         if len(rendered) == 1:
             gate.wait(timeout=10)  # the first render is still in flight
-        return f"frame {len(rendered)}"
+        return Frame(len(rendered), f"frame {len(rendered)}")
 
     async def scenario() -> list[str]:
         consumer, sent = bare_consumer(Renders(), render)
@@ -557,6 +557,7 @@ def test_an_event_alone_is_pushed_at_once_and_those_during_its_render_in_one_fra
         assert consumer.flush_task is not None
         await consumer.flush_task
         assert consumer.pending == []
+        assert consumer.shown == 2  # the cursor of the last frame sent
         return sent
 
     # Five events, two renders: the first alone, the four that came during it together.
@@ -567,10 +568,10 @@ def test_an_event_alone_is_pushed_at_once_and_those_during_its_render_in_one_fra
 def test_fifty_sockets_that_show_a_page_alike_share_its_render_of_an_event():
     rendered: list[frozenset[str]] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(changes)
         time.sleep(0.01)
-        return f"frame {len(rendered)}"
+        return Frame(len(rendered), f"frame {len(rendered)}")
 
     async def scenario() -> list[tuple[LiveConsumer, list[str]]]:
         renders = Renders()
@@ -592,10 +593,10 @@ def test_a_stream_of_events_is_rendered_at_the_pages_pace_and_the_last_frame_sho
     process could, flooded 50 sockets with 12,558 frames in a minute (docs/performance.md)."""
     rendered: list[float] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(time.monotonic())
         time.sleep(0.002)
-        return f"frame {len(rendered)}"
+        return Frame(len(rendered), f"frame {len(rendered)}")
 
     async def scenario() -> tuple[list[tuple[LiveConsumer, list[str]]], float]:
         renders = Renders()
@@ -623,10 +624,10 @@ def test_after_a_render_that_waited_the_page_rests_before_its_next():
     machine is busy, and the page leaves it to the requests for RENDER_REST times that wait."""
     rendered: list[float] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(time.monotonic())
         time.sleep(0.03)  # waits: no CPU of its thread
-        return f"frame {len(rendered)}"
+        return Frame(len(rendered), f"frame {len(rendered)}")
 
     async def scenario() -> list[str]:
         consumer, sent = bare_consumer(Renders(), render)
@@ -650,9 +651,9 @@ def test_an_event_that_comes_while_a_render_is_due_is_in_that_render_or_the_next
     regions, and the page kept "running" with the run completed."""
     rendered: list[frozenset[str]] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(changes)
-        return f"frame {len(rendered)}"
+        return Frame(len(rendered), f"frame {len(rendered)}")
 
     async def scenario() -> list[str]:
         renders = Renders()
@@ -687,10 +688,10 @@ def test_a_frame_shows_an_event_only_if_its_render_drew_the_events_regions():
         async def after(self, moment: float, changes: frozenset[str], render: Any) -> Render:
             asked.append(changes)
             drawn = frozenset({"progress"}) if len(asked) == 1 else changes
-            return Render(time.monotonic() + 60, drawn, f"frame {len(asked)}")
+            return Render(time.monotonic() + 60, drawn, Frame(len(asked), f"frame {len(asked)}"))
 
     async def scenario() -> list[str]:
-        consumer, sent = bare_consumer(Drawn(), lambda changes: "")  # type: ignore[arg-type]
+        consumer, sent = bare_consumer(Drawn(), lambda changes: Frame(0, ""))  # type: ignore[arg-type]
         consumer.deliver({"kind": EventKind.OUTCOME})
         consumer.deliver({"kind": EventKind.COMPLETED})
         assert consumer.flush_task is not None
@@ -702,14 +703,34 @@ def test_a_frame_shows_an_event_only_if_its_render_drew_the_events_regions():
     assert asked == [frozenset({"progress", "status"}), frozenset({"status"})]
 
 
+def test_a_frame_of_progress_draws_a_status_change_its_cursor_covers(world, users):
+    """The cursor a frame sets promises that the page reflects every event up to it. A run's
+    status changes (here a cancel) and a frame of progress is rendered before that event's
+    push reaches the socket: the frame draws the status regions too, or a page that
+    reconnected from its cursor would keep the old status."""
+    run = world.run("waiting")
+    page = live_page("run", run.pk, user="viewer")
+    assert page is not None
+    request = socket_request(users["viewer"], {})
+    shown = page.render(request, {STATUS, PROGRESS}).cursor
+    assert page.render(request, {PROGRESS}, shown).message.count('id="run-header"') == 0
+
+    cancel(run.pk, actor="operator")
+    cancelled = Event.objects.get(run=run, kind=EventKind.CANCELLED).pk
+    frame = page.render(request, {PROGRESS}, shown)
+    assert frame.cursor >= cancelled
+    header = re.search(r'<section id="run-header".*?</section>', frame.message, re.S)
+    assert header is not None and "status-cancelled" in header.group(0)
+
+
 def test_a_failed_render_is_not_reused_the_next_event_renders_again():
     calls: list[int] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("the database went away")
-        return "frame"
+        return Frame(1, "frame")
 
     async def scenario() -> list[str]:
         consumer, sent = bare_consumer(Renders(), render)
@@ -730,10 +751,10 @@ def test_a_socket_that_closes_while_a_render_is_in_flight_leaves_it_to_the_other
     gate = threading.Event()
     rendered: list[int] = []
 
-    def render(changes: frozenset[str]) -> str:
+    def render(changes: frozenset[str]) -> Frame:
         rendered.append(1)
         gate.wait(timeout=10)
-        return "frame"
+        return Frame(1, "frame")
 
     async def scenario() -> tuple[list[str], list[str]]:
         renders = Renders()
@@ -765,7 +786,7 @@ def test_inbox_pages_with_one_share_key_render_alike_for_any_user(world, users):
     def inbox(show: str, persona: str) -> tuple[tuple[str, ...] | None, str]:
         page = live_page("inbox", None, key=show, user=users[persona].get_username())
         assert page is not None
-        return page.shared, page.render(socket_request(users[persona], {}), {STATUS})
+        return page.shared, page.render(socket_request(users[persona], {}), {STATUS}).message
 
     for show in [*FILTERS, "no-such-filter"]:
         for one, other in itertools.combinations(("viewer", "approver", "operator"), 2):
