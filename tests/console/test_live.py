@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
-from channels_redis.core import RedisChannelLayer
+from channels_redis.core import ChannelLock, RedisChannelLayer
 from django.test import Client
 
 from agentops import consumers, live
@@ -57,11 +57,17 @@ def empty_channel_layer() -> None:
     would be closed from a foreign loop ("attached to a different loop"). The layer's state is
     all in its Redis database (one of the test run's own), so that database is emptied instead,
     and each pool stays with the loop that opened it (a loop's pool is closed when it closes).
+
+    The layer's locks are the exception: a receive cancelled while it waited for the lock on the
+    process's channel stays counted (channels_redis 4.3), so that lock outlives its loop, bound
+    to it, and the next loop that waits on it fails. Production serves its sockets from one loop;
+    each test runs its own, so each starts from fresh locks.
     """
     layer = get_channel_layer()
     if isinstance(layer, RedisChannelLayer):
         for host in layer.hosts:
             flush_redis(host["address"])
+        layer.receive_clean_locks = ChannelLock()
     else:
         async_to_sync(layer.flush)()
 
@@ -814,3 +820,57 @@ def test_a_consumer_waits_for_its_next_message_longer_than_the_redis_layers_bloc
             await asyncio.wait_for(layer.receive(channel), timeout=layer.brpop_timeout + 1)
 
     in_sync(scenario)
+
+
+@pytest.mark.postgres  # the pass whose live updates go through the Redis channel layer
+def test_a_socket_closed_while_its_group_waits_to_receive_leaves_the_next_event_loop_working(
+    world, as_user, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Each test runs its own event loop on the process's one channel layer. channels_redis holds
+    a lock on the process's channel while it clears a received message from its backup, and a
+    receive cancelled while waiting for that lock stays counted, so the lock outlived its loop,
+    bound to it: the next loop's second receive failed ("bound to a different event loop") and
+    closed its sockets. Every live test starts from empty_channel_layer(), which leaves it none."""
+    layer = get_channel_layer()
+    if not isinstance(layer, RedisChannelLayer):
+        message = "REDIS_URL is not set: live updates use the in-memory layer, not Redis"
+        if os.environ.get("AGENTOPS_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    client = as_user("viewer")
+    client.get("/")
+    clean = layer._clean_receive_backup
+
+    async def slow_clean(*args: Any) -> None:
+        await asyncio.sleep(0.5)
+        await clean(*args)
+
+    async def closed_while_waiting() -> None:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await acting(django_capture_on_commit_callbacks, lambda: world.run("waiting"))()
+        await ws.receive_from(timeout=3)
+        await asyncio.sleep(0.1)  # the group's next receive waits while the message is cleared
+        await ws.disconnect()
+
+    async def two_events_later() -> list[str]:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        pushed = []
+        for _ in range(2):
+            await acting(django_capture_on_commit_callbacks, lambda: world.run("waiting"))()
+            pushed.append(await ws.receive_from(timeout=3))
+            while not await ws.receive_nothing(timeout=0.5):
+                pushed.append(await ws.receive_from())
+        await ws.disconnect()
+        return pushed
+
+    monkeypatch.setattr(layer, "_clean_receive_backup", slow_clean)
+    in_sync(closed_while_waiting)
+    monkeypatch.setattr(layer, "_clean_receive_backup", clean)
+    empty_channel_layer()
+    pushed = in_sync(two_events_later)
+    assert len(pushed) >= 2
+    assert without_csrf(fragments(pushed[-1])["inbox"]) in without_csrf(
+        client.get("/").content.decode()
+    )
