@@ -72,6 +72,17 @@ def empty_channel_layer() -> None:
         async_to_sync(layer.flush)()
 
 
+def redis_layer() -> RedisChannelLayer:
+    """The Redis channel layer, which the PostgreSQL pass uses (an error under STRICT if not)."""
+    layer = get_channel_layer()
+    if not isinstance(layer, RedisChannelLayer):
+        message = "REDIS_URL is not set: live updates use the in-memory layer, not Redis"
+        if os.environ.get("AGENTOPS_STRICT") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return layer
+
+
 def headers(client: Client, origin: tuple[bytes, bytes] = ORIGIN) -> list[tuple[bytes, bytes]]:
     cookie = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
     return [origin, (b"cookie", cookie.encode())]
@@ -807,12 +818,7 @@ def test_inbox_pages_with_one_share_key_render_alike_for_any_user(world, users):
 def test_a_consumer_waits_for_its_next_message_longer_than_the_redis_layers_blocking_pop():
     """A quiet page's socket stays open: redis-py 8 cut every read at 5 s by default, as long
     as the pop that waits for the consumer's next message, and the consumer died with it."""
-    layer = get_channel_layer()
-    if not isinstance(layer, RedisChannelLayer):
-        message = "REDIS_URL is not set: live updates use the in-memory layer, not Redis"
-        if os.environ.get("AGENTOPS_STRICT") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    layer = redis_layer()
 
     async def scenario() -> None:
         channel = await layer.new_channel()
@@ -831,12 +837,7 @@ def test_a_socket_closed_while_its_group_waits_to_receive_leaves_the_next_event_
     receive cancelled while waiting for that lock stays counted, so the lock outlived its loop,
     bound to it: the next loop's second receive failed ("bound to a different event loop") and
     closed its sockets. Every live test starts from empty_channel_layer(), which leaves it none."""
-    layer = get_channel_layer()
-    if not isinstance(layer, RedisChannelLayer):
-        message = "REDIS_URL is not set: live updates use the in-memory layer, not Redis"
-        if os.environ.get("AGENTOPS_STRICT") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    layer = redis_layer()
     client = as_user("viewer")
     client.get("/")
     clean = layer._clean_receive_backup
