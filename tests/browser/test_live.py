@@ -99,9 +99,12 @@ document.addEventListener("htmx:wsBeforeMessage", (event) => {
 PUSHED_AND_QUIET = (
     "upTo => window.pushedUpTo >= upTo && performance.now() - window.lastPushAt > 1000"
 )
-# Marks when the retry's answer has been swapped in and settled.
-ANSWER_SETTLED = """() => document.body.addEventListener("htmx:afterSettle", (e) => {
-    if ((e.detail.pathInfo || {}).requestPath?.endsWith("/retry/")) window.answerSettled = true;
+# Marks when the retry's answer has been swapped in: htmx:afterRequest follows the swap and is
+# heard on the document even when a region it swapped has been replaced since. Not afterSettle:
+# the page asks to catch up as the request ends, and that push can replace the answer's regions
+# within htmx's settle delay (20 ms), when their afterSettle no longer reaches the document.
+ANSWER_SWAPPED = """() => document.addEventListener("htmx:afterRequest", (e) => {
+    if ((e.detail.pathInfo || {}).requestPath?.endsWith("/retry/")) window.answerSwapped = true;
 })"""
 CURSOR_AT_LEAST = (
     "upTo => Number(document.querySelector('#live-cursor')?.dataset.event || 0) >= upTo"
@@ -137,13 +140,13 @@ def test_an_action_in_flight_keeps_its_region_from_pushes_and_the_page_catches_u
     finished = desk.wait_status(run, RunStatus.COMPLETED)
     completed = Event.objects.get(run=run, kind=EventKind.COMPLETED).pk
     page.wait_for_function(PUSHED_AND_QUIET, arg=completed)
-    page.evaluate(ANSWER_SETTLED)
+    page.evaluate(ANSWER_SWAPPED)
     held[0].fulfill(response=answer)
 
     # The answer found its regions (no oobErrorNoTarget, checked with the page's console when
     # the test ends), and what it put back, older than the pushes, was caught up: looked at
-    # once the answer has settled, before which the page still shows the pushes' state.
-    page.wait_for_function("() => window.answerSettled === true")
+    # once the answer has been swapped in, before which the page still shows the pushes' state.
+    page.wait_for_function("() => window.answerSwapped === true")
     page.wait_for_function(CURSOR_AT_LEAST, arg=completed)
     page.locator("#run-header .badge", has_text="completed").wait_for()
     page.locator("#run-transcript", has_text=finished.output[:40]).wait_for()
