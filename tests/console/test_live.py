@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import re
 import threading
 import time
@@ -33,6 +32,7 @@ from agentops.views.fragments import PROGRESS, STATUS, Frame, live_page, socket_
 from agentops.work import FILTERS
 from runtime import cancel, respond, retry, work
 from runtime.models import Event, EventKind
+from tests.conftest import STRICT
 from tests.console.conftest import without_csrf
 from tests.support.redis_db import flush_redis
 
@@ -77,7 +77,7 @@ def redis_layer() -> RedisChannelLayer:
     layer = get_channel_layer()
     if not isinstance(layer, RedisChannelLayer):
         message = "REDIS_URL is not set: live updates use the in-memory layer, not Redis"
-        if os.environ.get("AGENTOPS_STRICT") == "1":
+        if STRICT:
             pytest.fail(message)
         pytest.skip(message)
     return layer
@@ -832,11 +832,9 @@ def test_a_consumer_waits_for_its_next_message_longer_than_the_redis_layers_bloc
 def test_a_socket_closed_while_its_group_waits_to_receive_leaves_the_next_event_loop_working(
     world, as_user, django_capture_on_commit_callbacks, monkeypatch
 ):
-    """Each test runs its own event loop on the process's one channel layer. channels_redis holds
-    a lock on the process's channel while it clears a received message from its backup, and a
-    receive cancelled while waiting for that lock stays counted, so the lock outlived its loop,
-    bound to it: the next loop's second receive failed ("bound to a different event loop") and
-    closed its sockets. Every live test starts from empty_channel_layer(), which leaves it none."""
+    """Each test runs its own event loop on the process's one channel layer: a lock a cancelled
+    receive left behind failed the next loop's second receive ("bound to a different event
+    loop") and closed its sockets (empty_channel_layer says why, and starts every test afresh)."""
     layer = redis_layer()
     client = as_user("viewer")
     client.get("/")
