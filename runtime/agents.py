@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import json
 import random
 import re
 import typing
@@ -23,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from runtime import store
+from runtime import jsonvalues, store
 from runtime.errors import AgentDefinitionError, LeaseLost
 from runtime.llm import Model, ToolSpec
 
@@ -337,13 +336,9 @@ def _rule_fingerprint(rule: ApprovalRule) -> str | bool:
     return _source_fingerprint(rule) if callable(rule) else bool(rule)
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def digest(value: object) -> str:
     """The sha256 of a JSON value's canonical form."""
-    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+    return hashlib.sha256(jsonvalues.canonical(value).encode()).hexdigest()
 
 
 class ListDigest:
@@ -367,7 +362,7 @@ class ListDigest:
         del self._items[kept:], self._states[kept + 1 :]
         for item in items[kept:]:
             state = self._states[-1].copy()
-            state.update((b"," if self._items else b"") + _canonical(item).encode())
+            state.update((b"," if self._items else b"") + jsonvalues.canonical(item).encode())
             self._items.append(item)
             self._states.append(state)
         whole = self._states[-1].copy()

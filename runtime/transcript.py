@@ -7,11 +7,10 @@ tool_use is answered by a tool_result, and no message is empty (S3).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
-from runtime import keys
+from runtime import jsonvalues, keys
 from runtime.agents import ToolDurabilityError
 from runtime.llm import ModelResponse
 from runtime.models import Event, EventKind, Operation, OperationStatus, Run, RunStatus
@@ -31,7 +30,7 @@ def tool_result_block(tool_use_id: str, result: Any, is_error: bool) -> dict[str
     return {
         "type": "tool_result",
         "tool_use_id": tool_use_id,
-        "content": json.dumps(result, ensure_ascii=False, sort_keys=True),
+        "content": jsonvalues.shown(result),
         "is_error": is_error,
     }
 

@@ -26,6 +26,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from django.db.models.base import ModelState
 
+from runtime import jsonvalues
 from runtime.models import Run
 
 M = TypeVar("M", bound=Model)
@@ -161,8 +162,9 @@ class Dialect(ABC):
         return Run._meta.pk.get_db_prep_value(run_id, db)
 
     def json(self, db: BaseDatabaseWrapper, value: Any) -> Any:
-        # None is SQL NULL, as the ORM saves it (never the JSON null).
-        return None if value is None else db.ops.adapt_json_value(value, None)
+        # None is SQL NULL, as the ORM saves it (never the JSON null); otherwise the text
+        # Django's adapter writes (db.ops.adapt_json_value), without its json.dumps per value.
+        return None if value is None else jsonvalues.dumps(value)
 
     def moment(self, db: BaseDatabaseWrapper, value: dt.datetime | None) -> Any:
         return db.ops.adapt_datetimefield_value(value)

@@ -24,7 +24,9 @@ import psycopg
 from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import ForeignKey, Model
+from psycopg.types.json import Jsonb
 
+from runtime import jsonvalues
 from runtime.models import Run, Session
 from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
@@ -238,6 +240,10 @@ class Postgres(Dialect):
         if prepare and raw.prepare_threshold is None:
             raw.prepare_threshold = _EXPLICIT_ONLY
         return cursor.execute(sql, params, prepare=prepare or None)
+
+    def json(self, db: BaseDatabaseWrapper, value: Any) -> Any:
+        # As Django's adapter wraps it (db.ops.adapt_json_value), with the encoder built once.
+        return None if value is None else Jsonb(value, dumps=jsonvalues.dumps)
 
     @contextmanager
     def begin(self, db: BaseDatabaseWrapper) -> Iterator[Any]:

@@ -4,6 +4,7 @@ value (V4): what is hashed and shown is what the database gives back."""
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
 import pytest
@@ -12,11 +13,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from runtime import Agent, ToolContext, submit, tool
+from runtime import Agent, ToolContext, jsonvalues, submit, tool
 from runtime.agents import ListDigest, digest
 from runtime.errors import InvalidInput
 from runtime.jsonvalues import checked, normalized
-from runtime.models import Operation, RunStatus
+from runtime.models import EventKind, Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, reply, text, use
 
@@ -55,6 +56,47 @@ def test_v4_every_json_value_reads_back_exactly_as_normalized(value, stored_oper
     back = Operation.objects.values_list("result", "input").get(pk=stored_operation.pk)
     assert _exact(back[0]) == _exact(canonical)
     assert digest(back[1]) == digest(canonical)
+
+
+# Anything json.dumps accepts: NaN, huge integers, lone surrogates, str and int subclasses.
+anything = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(),
+        st.sampled_from(list(EventKind)),
+        st.sampled_from(list(HTTPStatus)),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.one_of(st.text(), st.sampled_from(list(EventKind))), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=anything)
+@example(value={"b": [1e16, -0.0, float("nan"), float("inf")], "a": "\x00\u2028\ud800é😀"})
+def test_v4_the_encoders_built_once_write_what_json_dumps_writes(value):
+    """A digest's canonical form, a stored value and a result shown to the model: the same text
+    as json.dumps with the same options (a digest logged before keeps matching)."""
+    assert jsonvalues.dumps(value) == json.dumps(value)
+    assert jsonvalues.canonical(value) == json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    assert jsonvalues.shown(value) == json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def test_v4_the_encoders_built_once_refuse_what_json_dumps_refuses():
+    for encode in (jsonvalues.dumps, jsonvalues.canonical, jsonvalues.shown):
+        with pytest.raises(TypeError, match="Object of type bytes is not JSON serializable"):
+            encode({"a": [b"raw"]})
+        with pytest.raises(TypeError, match="keys must be str, int, float, bool or None"):
+            encode({("a",): 1})
 
 
 @settings(max_examples=150, deadline=None)

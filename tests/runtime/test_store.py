@@ -17,7 +17,7 @@ import pytest
 from django.db import connection, transaction
 
 from runtime import LeaseLost, cancel, store, submit
-from runtime.models import Event, Operation, OperationStatus, Run, RunStatus
+from runtime.models import Event, Operation, OperationKind, OperationStatus, Run, RunStatus
 from runtime.registry import code_defines, register
 from runtime.store.dialect import dialect_of
 from runtime.testing import SimulatedCrash, crash_at, expire_lease, fence_hook
@@ -260,6 +260,26 @@ def test_a_fence_hook_sees_and_decides_every_fenced_write(claimed):
 def test_a_record_writes_a_time_as_djangos_adapter_does(moment):
     db = store.connection()
     assert dialect_of(db).moment(db, moment) == db.ops.adapt_datetimefield_value(moment)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"call": OperationKind.TOOL, "status": "completed", "is_error": False, "error": ""},
+        {"b": [1, 1.5, 1e16, None, True], "a": "é\u2028\x01\U0001f600", "n": 2**70},
+        "text",
+        [],
+    ],
+)
+def test_a_record_writes_a_json_value_as_djangos_adapter_does(value):
+    db = store.connection()
+    ours, djangos = dialect_of(db).json(db, value), db.ops.adapt_json_value(value, None)
+    if isinstance(djangos, str):  # SQLite: the text
+        assert ours == djangos
+    else:  # PostgreSQL: psycopg's Jsonb, which encodes it as it is sent
+        assert type(ours) is type(djangos)
+        assert (ours.obj, ours.dumps(ours.obj)) == (djangos.obj, djangos.dumps(djangos.obj))
+    assert dialect_of(db).json(db, None) is None  # SQL NULL, as the ORM saves None
 
 
 @pytest.mark.postgres
