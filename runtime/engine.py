@@ -458,8 +458,8 @@ class _Turn:
         except Exception as exc:  # every error inside the model call is the model's
             self._model_failed(agent, op, exc)
         faults.reach("after_handler", self.run, key, "model")
-        result = response.model_dump(mode="json")
-        usage = response.usage.model_dump()
+        # What is stored is what was validated: the response dumps to it again (plain fields).
+        result, usage = dumped, dumped["usage"]
         stop = response.stop_reason
         if stop in MODEL_STOPS:
             # Not an answer: recorded as a failed request, so a retry asks again (S1, S2).

@@ -17,6 +17,14 @@ from runtime import Agent, ToolContext, jsonvalues, submit, tool
 from runtime.agents import ListDigest, digest
 from runtime.errors import InvalidInput
 from runtime.jsonvalues import checked, normalized
+from runtime.llm import (
+    ModelResponse,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
 from runtime.models import EventKind, Operation, RunStatus
 from runtime.testing import SimulatedCrash, crash_at, recover, run_until_idle
 from tests.runtime.edge_support import Recorder, reply, text, use
@@ -97,6 +105,35 @@ def test_v4_the_encoders_built_once_refuse_what_json_dumps_refuses():
             encode({"a": [b"raw"]})
         with pytest.raises(TypeError, match="keys must be str, int, float, bool or None"):
             encode({("a",): 1})
+
+
+names = strings.filter(lambda name: 0 < len(name) <= 100)
+blocks = st.one_of(
+    st.builds(TextBlock, text=strings),
+    st.builds(
+        ToolUseBlock, id=names, name=names, input=st.dictionaries(strings, documents, max_size=3)
+    ),
+    st.builds(ThinkingBlock, thinking=strings, signature=strings),
+    st.builds(RedactedThinkingBlock, data=strings),
+)
+responses = st.builds(
+    ModelResponse,
+    content=st.lists(blocks, max_size=4),
+    stop_reason=st.sampled_from([None, "end_turn", "tool_use", "max_tokens", "pause_turn"]),
+    usage=st.builds(Usage, input_tokens=st.integers(0, 10**9), output_tokens=st.integers(0, 10**9)),
+    model=strings,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(response=responses)
+def test_v4_a_model_response_is_stored_as_the_engine_validated_it(response):
+    """The engine stores the checked dump it validated its response from, not a second dump of
+    that response: the two are the same JSON, type for type, for every response."""
+    dumped = checked(response.model_dump(mode="json"), what="model output")
+    again = ModelResponse.model_validate(dumped).model_dump(mode="json")
+    assert _exact(again) == _exact(dumped)
+    assert _exact(dumped["usage"]) == _exact(response.usage.model_dump())
 
 
 @settings(max_examples=150, deadline=None)
