@@ -34,9 +34,9 @@ M = TypeVar("M", bound=Model)
 # The operation updates of the hot path: a re-run's intent, and an outcome.
 OperationUpdate = Literal["reintent", "outcome"]
 
-# What a claim took over: the run's status and fence before it, its owner then, and the ids of
-# the claim's events in log order.
-Claimed = tuple[str, int, str, list[int]]
+# What a claim took over: the run's status and fence before it, its owner then, the ids of the
+# claim's events in log order, and the claimed run's row (sql.CLAIMED_RUN_COLUMNS).
+Claimed = tuple[str, int, str, list[int], Sequence[Any]]
 
 # What starting a session wrote: its run's row as the database holds it (every column, in the
 # order of the run's fields), and the id of the run's SUBMITTED event.
@@ -103,8 +103,9 @@ class Dialect(ABC):
     @abstractmethod
     def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
         """Take the runnable run, guarded on the status and fence it had, with the claim's
-        events (worker.claim's parameters; its `_claim_events` says which): what was taken over
-        and the event ids, or None, having written nothing, if the run was not claimable."""
+        events (worker.claim's parameters; its `_claim_events` says which): what was taken over,
+        the event ids and the claimed run, or None, having written nothing, if the run was not
+        claimable."""
 
     @abstractmethod
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:

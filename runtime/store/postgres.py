@@ -31,6 +31,7 @@ from runtime.models import Run, Session
 from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
     AGENT_VERSION,
+    CLAIMED_RUN_COLUMNS,
     EVENT,
     EVENT_COLUMNS,
     HOLD,
@@ -117,9 +118,12 @@ def move_owned(assignments: str, *, carried: bool) -> str:
 
 # The claim as one statement: `seen` reads the runnable run and locks it, `claimed` takes it
 # (guarded on what was seen, as the two-step claim on SQLite), and its events follow in log
-# order: the lost lease's (a takeover), then the claim's. It returns what was taken over and the
-# event ids, or no row. The events' data is worker.claim's (`_claim_events`), built here in SQL
-# because the fence and the lost owner are known only to the statement.
+# order: the lost lease's (a takeover), then the claim's. It returns what was taken over, the
+# event ids and the claimed run as the turn reads it (its subqueries see the tables as the
+# statement began, which the claim does not write), or no row. The events' data is
+# worker.claim's (`_claim_events`), built here in SQL because the fence and the lost owner are
+# known only to the statement.
+_RETURNED = ", ".join(f'run."{field.column}"' for field in Run._meta.concrete_fields)
 CLAIM = f"""
 WITH seen AS (
     SELECT id, status, fence, lease_owner FROM {RUN}
@@ -133,19 +137,23 @@ claimed AS (
         updated_at = %(now)s
     FROM seen
     WHERE run.id = seen.id AND run.status = seen.status AND run.fence = seen.fence
-    RETURNING run.id, seen.status, seen.fence, seen.lease_owner),
+    RETURNING {_RETURNED}, seen.status AS seen_status, seen.fence AS seen_fence,
+        seen.lease_owner AS seen_owner),
 ev AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, kind, 'runtime', '', data, %(now)s FROM (
         SELECT 1 AS n, id, %(expired)s AS kind,
-            jsonb_build_object('previous_owner', lease_owner, 'owner', %(owner)s::text) AS data
-        FROM claimed WHERE status = 'running'
+            jsonb_build_object('previous_owner', seen_owner, 'owner', %(owner)s::text) AS data
+        FROM claimed WHERE seen_status = 'running'
         UNION ALL
-        SELECT 2, id, %(claimed)s, jsonb_build_object('owner', %(owner)s::text, 'fence', fence + 1)
+        SELECT 2, id, %(claimed)s,
+            jsonb_build_object('owner', %(owner)s::text, 'fence', seen_fence + 1)
         FROM claimed
     ) AS e ORDER BY n
     RETURNING id)
-SELECT status, fence, lease_owner, (SELECT array_agg(id ORDER BY id) FROM ev) FROM claimed"""
+SELECT seen_status, seen_fence, seen_owner, (SELECT array_agg(id ORDER BY id) FROM ev),
+    {CLAIMED_RUN_COLUMNS}
+FROM claimed AS run"""
 
 
 # The type of each kind of column, for the parameters of an INSERT ... SELECT (a SELECT list
@@ -284,7 +292,7 @@ class Postgres(Dialect):
     def claim(self, db: BaseDatabaseWrapper, params: dict[str, Any]) -> Claimed | None:
         with db.wrap_database_errors, self.cursor(db) as cursor:
             row = self.execute(db, cursor, CLAIM, params).fetchone()
-        return None if row is None else (row[0], row[1], row[2], list(row[3]))
+        return None if row is None else (row[0], row[1], row[2], list(row[3]), row[4:])
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(self.execute(db, cursor, INSERT_EVENT + " RETURNING id", params).fetchone()[0])

@@ -72,19 +72,19 @@ VALUES (%(run)s, %(event)s, %(actor)s, %(key)s, %(data)s, %(now)s)"""
 
 DUE = f"SELECT id FROM {RUN} WHERE {RUNNABLE} ORDER BY updated_at LIMIT %(limit)s"
 
-# The claimed run as the turn reads it: its row, then whether it has logged any operation and
-# any interaction (a run's first claim has neither, and the turn skips reading them), the
-# fingerprint its version is registered with (NULL if it is not registered now), and whether
-# its agent has any enabled approval rule (most have none, and the turn skips reading them).
-CLAIMED_RUN = f"""SELECT {RUN_COLUMNS},
+# The claimed run as the turn reads it (from a row aliased `run`): its columns, then whether it
+# has logged any operation and any interaction (a run's first claim has neither, and the turn
+# skips reading them), the fingerprint its version is registered with (NULL if it is not
+# registered now), and whether its agent has any enabled approval rule (most have none, and the
+# turn skips reading them).
+CLAIMED_RUN_COLUMNS = f"""{RUN_COLUMNS},
     EXISTS (SELECT 1 FROM {OPERATION} WHERE run_id = %(run)s),
     EXISTS (SELECT 1 FROM {INTERACTION} WHERE run_id = %(run)s),
     (SELECT fingerprint FROM {AGENT_VERSION} AS registration
         WHERE registration.agent = run.agent AND registration.version = run.version
             AND registration.unregistered_at IS NULL),
     EXISTS (SELECT 1 FROM {APPROVAL_RULE} AS approval WHERE approval.agent = run.agent
-        AND approval.enabled)
-FROM {RUN} AS run WHERE id = %(run)s"""
+        AND approval.enabled)"""
 
 # A pause asked for while the run was moving, which has stopped since (runtime.store.surgery's
 # settle_pause): what it stopped as, and who asked.

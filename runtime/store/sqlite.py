@@ -20,6 +20,7 @@ from runtime.models import RUNTIME, Run, RunStatus, Session
 from runtime.store.dialect import Claimed, Dialect, OperationUpdate, Started
 from runtime.store.sql import (
     AGENT_VERSION,
+    CLAIMED_RUN_COLUMNS,
     EVENT_COLUMNS,
     HOLD,
     INSERT_EVENT,
@@ -94,6 +95,9 @@ SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
     last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
     updated_at = %(now)s
 WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s""")
+
+# The claimed run, as the turn reads it: in the claim's transaction.
+CLAIMED_RUN = named(f"SELECT {CLAIMED_RUN_COLUMNS} FROM {RUN} AS run WHERE id = %(run)s")
 
 # A new session with its first run (its event is EVENT): after REGISTERED_VERSIONS, in one
 # transaction.
@@ -221,15 +225,16 @@ class Sqlite(Dialect):
         if status == RunStatus.RUNNING:
             data = {"previous_owner": previous_owner, "owner": owner}
             events.insert(0, (params["expired"], data))
-        row = {"run": params["run"], "actor": RUNTIME, "key": "", "now": params["now"]}
+        event = {"run": params["run"], "actor": RUNTIME, "key": "", "now": params["now"]}
         with self.transaction(db) as cursor:
             if cursor.execute(CLAIM, guarded).rowcount != 1:
                 return None
             ids = [
-                self.insert_event(db, cursor, {**row, "event": kind, "data": self.json(db, data)})
+                self.insert_event(db, cursor, {**event, "event": kind, "data": self.json(db, data)})
                 for kind, data in events
             ]
-        return status, fence, previous_owner, ids
+            claimed = cursor.execute(CLAIMED_RUN, {"run": params["run"]}).fetchone()
+        return status, fence, previous_owner, ids, claimed
 
     def insert_event(self, db: BaseDatabaseWrapper, cursor: Any, params: dict[str, Any]) -> int:
         return int(cursor.execute(EVENT, params).lastrowid)

@@ -13,7 +13,7 @@ of `running` — in the same commit; runtime/faults.py says where each crash win
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -73,14 +73,14 @@ def claim(run_id: Any, owner: str) -> Run | None:
     taken = dialect.claim(db, params)
     if taken is None:
         return None
-    status, fence, previous_owner, ids = taken
+    status, fence, previous_owner, ids, row = taken
     transitions.check([status], RunStatus.RUNNING)  # the claim's RUNNABLE allows it
     written = _claim_events(
         run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
     )
     for event_id, each in zip(ids, written, strict=True):
         published(db, event_id, each)
-    return _claimed_run(db, dialect, params["run"])
+    return _claimed_run(db, dialect, row)
 
 
 def _claim_events(
@@ -94,14 +94,13 @@ def _claim_events(
     return written
 
 
-def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, run_id: Any) -> Run:
-    """The claimed run, with whether it has operations and interactions logged (a run's first
-    claim has neither, and the turn then skips reading them: two round trips), the
-    fingerprint its version is registered with, for the turn's version check, and whether its
-    agent has approval rules to read. One raw statement: the ORM's query cost more Python than
-    a call's records."""
-    with db.wrap_database_errors, dialect.cursor(db) as cursor:
-        row = dialect.execute(db, cursor, sql.CLAIMED_RUN, {"run": run_id}).fetchone()
+def _claimed_run(db: BaseDatabaseWrapper, dialect: Dialect, row: Sequence[Any]) -> Run:
+    """The claimed run from the claim's row (sql.CLAIMED_RUN_COLUMNS), with whether it has
+    operations and interactions logged (a run's first claim has neither, and the turn then
+    skips reading them: two round trips), the fingerprint its version is registered with, for
+    the turn's version check, and whether its agent has approval rules to read. Read by the
+    claim itself: the ORM's query cost more Python than a call's records, and on PostgreSQL a
+    read of its own cost a round trip."""
     *columns, has_operations, has_interactions, registered_fingerprint, has_rules = row
     run = dialect.instance(db, Run, columns)
     run.__dict__.update(

@@ -94,6 +94,38 @@ def test_the_claimed_run_and_a_new_operation_are_as_the_orm_reads_them(claimed):
     assert (again.has_operations, again.has_interactions) == (True, False)
 
 
+@pytest.mark.postgres
+def test_on_postgresql_a_claim_and_the_read_of_its_run_are_one_round_trip(tmp_path):
+    """The claim's statement returns the claimed run as the turn reads it (a read of its own
+    was one more round trip per claim)."""
+    from psycopg import pq
+
+    agent = make_agent([say("hi")])
+    with code_defines(agent):
+        register([agent], actor="admin")
+        # The first claim on a connection prepares the statement: a round trip of its own.
+        assert store.claim(submit(agent.name, "hi", actor="alice").pk, "w1") is not None
+        run = submit(agent.name, "hi", actor="alice")
+        pgconn = store.connection().connection.pgconn
+        with (tmp_path / "trace").open("w+") as trace:
+            pgconn.trace(trace.fileno())
+            pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            try:
+                claimed = store.claim(run.pk, "w1")
+            finally:
+                pgconn.untrace()
+            trace.seek(0)
+            round_trips = sum(1 for line in trace if "\tReadyForQuery" in line)
+    assert round_trips == 1
+    assert claimed is not None and as_read(claimed) == as_read(Run.objects.get(pk=run.pk))
+    assert (claimed.has_operations, claimed.has_interactions, claimed.has_rules) == (
+        False,
+        False,
+        False,
+    )
+    assert claimed.registered_fingerprint == agent.fingerprint
+
+
 def test_it_commits_each_record_with_its_event(claimed):
     op = intent(claimed)
     store.write_outcome(claimed, op, status=OperationStatus.COMPLETED, result={"ok": True})
