@@ -135,15 +135,18 @@ def _walk(value: Any, depth: int, what: str, bound: list[int]) -> Any:
     if isinstance(value, str):
         # A character is at most 4 bytes in UTF-8, or 6 escaped (\u001f); and two quotes.
         bound[0] += 6 * len(value) + 2
-        return check_text(value, what=what)
+        return value if _plain(value) else check_text(value, what=what)
     if isinstance(value, dict):
-        bound[0] += 2 + 4 * len(value)  # the braces, each ": " and ", "
+        size = 2 + 4 * len(value)  # the braces, each ": " and ", "
         copied = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"the {what} has a non-string object key")
-            bound[0] += 6 * len(key) + 2
-            copied[check_text(key, what=what)] = _walk(item, depth + 1, what, bound)
+            size += 6 * len(key) + 2
+            if not _plain(key):
+                check_text(key, what=what)
+            copied[key] = _walk(item, depth + 1, what, bound)
+        bound[0] += size
         return copied
     if isinstance(value, list | tuple):
         bound[0] += 2 + 2 * len(value)  # the brackets and each ", "
@@ -160,6 +163,11 @@ def _walk(value: Any, depth: int, what: str, bound: list[int]) -> Any:
             raise InvalidInput(f"the {what} contains NaN or Infinity, which JSON does not allow")
         return _jsonb_number(value)
     raise InvalidInput(f"the {what} contains a {type(value).__name__}, which is not JSON")
+
+
+def _plain(text: str) -> bool:
+    # Most text is ASCII without NUL, which check_text passes without encoding it to see.
+    return text.isascii() and "\x00" not in text
 
 
 def check_text(text: str, *, what: str = "text", max_length: int | None = None) -> str:

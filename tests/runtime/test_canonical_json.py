@@ -4,6 +4,7 @@ value (V4): what is hashed and shown is what the database gives back."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -141,6 +142,43 @@ def test_v4_a_model_response_is_stored_as_the_engine_validated_it(response):
 def test_v4_the_engine_checks_and_normalizes_in_one_walk(value):
     # What the engine stores of a result or a model's output: as normalized gives it.
     assert _exact(checked({"value": value})) == _exact(normalized({"value": value}))
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+# Any text, ASCII or not, NULs and lone surrogates included, as keys and values.
+any_text = st.text(st.sampled_from(["a", "\x00", "é", "\ud800", "\udfff", "\U0001f600", "\x1f"]))
+texts = st.recursive(
+    any_text,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(any_text, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=texts)
+def test_v4_text_is_refused_exactly_when_a_database_cannot_store_it(value):
+    storable = all(
+        "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
+        for text in _texts(value)
+    )
+    if storable:
+        assert checked(value) == value
+    else:
+        with pytest.raises(InvalidInput, match=r"NUL character|unpaired surrogate"):
+            checked(value)
 
 
 @settings(max_examples=300, deadline=None)
