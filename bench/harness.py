@@ -42,6 +42,8 @@ class Variant:
     factory: "module:function" returning an object with run(), check() -> dict and close().
     env: extra environment of its worker (e.g. DATABASE_URL for our runtime on PostgreSQL).
     requires: importable modules it needs; without them it is reported and skipped.
+    root: the checkout its worker runs from (its code is that checkout's): this one, unless
+    bench.compare measures another revision beside it.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
+    root: Path = ROOT
 
     def missing(self) -> list[str]:
         import importlib.util
@@ -90,7 +93,7 @@ class Worker:
         }
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "bench.worker", json.dumps(spec)],
-            cwd=ROOT,
+            cwd=variant.root,
             env={**env, **variant.env},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
