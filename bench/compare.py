@@ -27,19 +27,25 @@ from bench.harness import Variant
 STORAGES = ("sqlite", "postgres")
 # Their names start with BENCH_COMPARE_DATABASE, for checkouts sharing a server.
 _PREFIX = os.environ.get("BENCH_COMPARE_DATABASE", "agentops_bench_compare")
+SIDES = ("before", "after")
+
+
+def database(side: str) -> str:
+    """The PostgreSQL database of one side."""
+    return f"{_PREFIX}_{side}"
 
 
 def variants(tmp: Path, before: Path, postgres: str | None, storages: list[str]) -> list[Variant]:
     """Our runtime from each checkout, on each storage: REV's first, then this one's."""
     found = []
     for storage in storages:
-        for side, root in (("before", before), ("after", harness.ROOT)):
+        for side, root in zip(SIDES, (before, harness.ROOT), strict=True):
             name = f"{storage}-{side}"
             if storage == "sqlite":
                 env = {"AGENTOPS_SQLITE_PATH": str(tmp / f"{name}.sqlite3")}
             else:
                 assert postgres is not None
-                env = {"DATABASE_URL": harness.postgres_url(postgres, f"{_PREFIX}_{side}")}
+                env = {"DATABASE_URL": harness.postgres_url(postgres, database(side))}
             # The worker runs from the checkout, and imports from it first.
             env["PYTHONPATH"] = str(root)
             found.append(
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"PostgreSQL at {postgres} is not reachable ({problem}): SQLite only.")
             storages, postgres = ["sqlite"], None
-    databases = [f"{_PREFIX}_{side}" for side in ("before", "after")] if postgres else []
+    # The databases each side's worker starts afresh on, and which are dropped after it.
+    own = [(postgres, database(side)) for side in SIDES] if postgres is not None else []
 
     with tempfile.TemporaryDirectory(prefix="agentops-bench-") as tmpdir:
         tmp = Path(tmpdir)
@@ -100,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         checkout = [*git, "worktree", "add", "--detach", "-q", str(before), args.rev]
         subprocess.run(checkout, check=True)
         try:
-            for database in databases:
-                harness.fresh_postgres_database(postgres or "", database)
+            for server, name in own:
+                harness.fresh_postgres_database(server, name)
             chosen = variants(tmp, before, postgres, storages)
             print(f"bench.compare: {args.rev} against this checkout, {args.rounds} rounds")
             with harness.workers(chosen, harness.worker_env(tmp), warmup=args.warmup) as pool:
@@ -109,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     pool, rounds=args.rounds, runs=args.runs, seed=args.seed
                 )
         finally:
-            for database in databases:
-                harness.drop_postgres_database(postgres or "", database)
+            for server, name in own:
+                harness.drop_postgres_database(server, name)
             subprocess.run([*git, "worktree", "remove", "--force", str(before)], check=False)
 
     head = ["storage", f"{args.rev}, ms per run", "this checkout, ms per run", "this ÷ that"]
