@@ -11,10 +11,11 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -130,33 +131,60 @@ if DB_POOL["max_size"] and not 0 <= DB_POOL["min_size"] <= DB_POOL["max_size"]:
 
 
 def _database_from_url(url: str) -> dict[str, object]:
-    parsed = urlparse(url)
-    if parsed.scheme not in {"postgres", "postgresql"}:
+    """Django's settings for a libpq connection URL, parsed by libpq itself: a socket folder as
+    the host (percent-encoded, or `?host=/run/postgresql`), several hosts, and every libpq
+    parameter of the query (`sslmode`, `sslrootcert`, `connect_timeout`, `application_name`…),
+    which goes to the connection as it is. A parameter libpq does not know is an error here,
+    not something dropped: a misspelt `sslmode` would connect without the TLS it asked for."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    scheme = urlparse(url).scheme
+    if scheme not in {"postgres", "postgresql"}:
+        raise ImproperlyConfigured(f"DATABASE_URL must be postgres://…, got scheme {scheme!r}")
+    try:
+        params = {name: str(value) for name, value in conninfo_to_dict(url).items()}
+    except ProgrammingError as exc:
         raise ImproperlyConfigured(
-            f"DATABASE_URL must be postgres://…, got scheme {parsed.scheme!r}"
+            f"DATABASE_URL is not a PostgreSQL URL libpq accepts: {_without_secret(exc, url)}"
+        ) from None
+    named = {
+        setting: params.pop(parameter, "")
+        for setting, parameter in (
+            ("NAME", "dbname"),
+            ("USER", "user"),
+            ("PASSWORD", "password"),
+            ("HOST", "host"),
+            ("PORT", "port"),
         )
+    }
     return {
         # Django's, its pool's check made to hold up when faults cut many connections at once.
         "ENGINE": "agentops.postgres",
-        "NAME": unquote(parsed.path.lstrip("/")) or "agentops",
-        "USER": unquote(parsed.username or ""),
-        "PASSWORD": unquote(parsed.password or ""),
-        "HOST": parsed.hostname or "",
-        "PORT": str(parsed.port or ""),
+        **named,
+        "NAME": named["NAME"] or "agentops",
         # One pool per process (psycopg_pool, through Django): daphne runs each synchronous
         # view on a thread of its own, and a connection per thread grew with the requests
         # until PostgreSQL refused more. The pool bounds the process to max_size connections;
         # a request that finds them all busy waits up to the timeout for one; a Celery worker
         # gives its connections back after each task (agentops/celery.py) and takes them from
         # the pool again for the next. AGENTOPS_DB_POOL_MAX_SIZE=0: a connection per thread.
-        **(
-            {"CONN_MAX_AGE": 0, "OPTIONS": {"pool": DB_POOL}}
-            if DB_POOL["max_size"]
-            else {"CONN_MAX_AGE": 60}
-        ),
+        "OPTIONS": {**params, **({"pool": DB_POOL} if DB_POOL["max_size"] else {})},
+        "CONN_MAX_AGE": 0 if DB_POOL["max_size"] else 60,
         "CONN_HEALTH_CHECKS": True,
         "TEST": {"NAME": env_str("AGENTOPS_TEST_DATABASE", "") or None},
     }
+
+
+def _without_secret(error: Exception, url: str) -> str:
+    """libpq's message, with any quoted part of the URL's user and password masked: it quotes
+    the token it could not read, and a malformed password would be shown in full."""
+    userinfo = urlparse(url).netloc.rpartition("@")[0]
+
+    def masked(quoted: re.Match[str]) -> str:
+        return '"…"' if quoted[1] and quoted[1] in userinfo else quoted[0]
+
+    return re.sub(r'"([^"]*)"', masked, str(error).strip())
 
 
 DATABASE_URL = env_str("DATABASE_URL")

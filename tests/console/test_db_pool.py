@@ -94,9 +94,10 @@ def test_concurrent_requests_share_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def settings_of(**env: str) -> dict[str, Any]:
-    """DATABASES["default"] as a process with this environment builds it."""
+    """DATABASES["default"] as a process with this environment builds it (a server's
+    DATABASE_URL unless `env` names one)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AGENTOPS_DB_POOL")}
-    environ.update(env, DATABASE_URL="postgres://app@db.example:5432/agentops")
+    environ.update({"DATABASE_URL": "postgres://app@db.example:5432/agentops", **env})
     program = (
         "import json, django; from django.conf import settings; django.setup();"
         "print(json.dumps(settings.DATABASES['default'], default=str))"
