@@ -148,6 +148,14 @@ def _database_from_url(url: str) -> dict[str, object]:
         raise ImproperlyConfigured(
             f"DATABASE_URL is not a PostgreSQL URL libpq accepts: {_without_secret(exc, url)}"
         ) from None
+    # An unencoded "@" or "/" in the password ends it early for libpq (where Python's urlparse
+    # took the last "@"): the rest would become the host, or the port and the database, and
+    # be shown by the connection's error. Refused here, without showing either.
+    if "@" in params.get("host", "") or not re.fullmatch(r"(\d*)(,\d*)*", params.get("port", "")):
+        raise ImproperlyConfigured(
+            "DATABASE_URL does not read as user:password@host:port/database: percent-encode "
+            'each "@" and "/" of the password as %40 and %2F'
+        )
     named = {
         setting: params.pop(parameter, "")
         for setting, parameter in (

@@ -104,6 +104,29 @@ def test_the_error_never_shows_the_password() -> None:
     assert "s3cret" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        # libpq ends the password at its first "@" (Python's urlparse took the last): the
+        # rest, "ss", would be read as part of the host and shown by the connection's error.
+        "postgres://app:p@ss@db.example/agentops",
+        # And at a "/": the host would be "app", the port "p", the database "ss@db.example/…".
+        "postgres://app:p/ss@db.example/agentops",
+    ],
+)
+def test_an_unencoded_at_or_slash_in_the_password_is_refused_without_showing_it(url: str) -> None:
+    with pytest.raises(ImproperlyConfigured) as refused:
+        _database_from_url(url)
+
+    assert str(refused.value) == (
+        "DATABASE_URL does not read as user:password@host:port/database: percent-encode "
+        'each "@" and "/" of the password as %40 and %2F'
+    )
+    assert _database_from_url("postgres://app:p%40s%2Fs@db.example/agentops")["PASSWORD"] == "p@s/s"
+    # Characters libpq reads as part of a password need no encoding.
+    assert _database_from_url("postgres://app:p:s#s?@db.example/agentops")["PASSWORD"] == "p:s#s?"
+
+
 def test_a_process_reads_the_url_from_its_environment() -> None:
     read = settings_of(DATABASE_URL="postgres://app@%2Frun%2Fpostgresql/agentops?sslmode=require")
     assert (read["HOST"], read["OPTIONS"]["sslmode"]) == ("/run/postgresql", "require")
