@@ -1,7 +1,12 @@
-"""Typed environment helpers that fail loudly on malformed values."""
+"""Typed environment helpers that fail loudly on malformed values.
+
+A number's range is stated where it is read (`at_least`, `above`): a value outside it stops the
+process at start with the setting's name, where it would otherwise fail later or quietly, e.g. a
+lease of `nan` seconds at every claim, or a sweep of 0 seconds spinning."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -26,14 +31,43 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(
+    name: str, default: float, *, at_least: float | None = None, above: float | None = None
+) -> float:
+    """A finite number (the default when unset or empty), within the range given."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
+    _in_range(name, raw, value, at_least, above)
+    return value
+
+
+def env_int(name: str, default: int, *, at_least: int | None = None) -> int:
+    """A whole number (the default when unset or empty), at least `at_least`."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    _in_range(name, raw, value, at_least, None)
+    return value
+
+
+def _in_range(
+    name: str, raw: str, value: float, at_least: float | None, above: float | None
+) -> None:
+    if at_least is not None and value < at_least:
+        raise ImproperlyConfigured(f"{name} must be at least {at_least:g}, got {raw!r}")
+    if above is not None and value <= above:
+        raise ImproperlyConfigured(f"{name} must be more than {above:g}, got {raw!r}")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-from agentops.env import env_bool, env_float, env_list, env_str
+from agentops.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The embedded setup's own files: the SQLite database, the secret key, the demo's passwords.
@@ -122,9 +122,9 @@ TEMPLATES = [
 
 # The database connections of one process (PostgreSQL only): see _database_from_url.
 DB_POOL: dict[str, Any] = {
-    "min_size": int(env_float("AGENTOPS_DB_POOL_MIN_SIZE", 1)),
-    "max_size": int(env_float("AGENTOPS_DB_POOL_MAX_SIZE", 10)),
-    "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0),
+    "min_size": env_int("AGENTOPS_DB_POOL_MIN_SIZE", 1, at_least=0),
+    "max_size": env_int("AGENTOPS_DB_POOL_MAX_SIZE", 10, at_least=0),
+    "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0, above=0),
 }
 if DB_POOL["max_size"] and not 0 <= DB_POOL["min_size"] <= DB_POOL["max_size"]:
     raise ImproperlyConfigured("AGENTOPS_DB_POOL_MIN_SIZE must be between 0 and the max size")
@@ -243,47 +243,40 @@ AGENTOPS_AGENT_MODULES = env_list(
     "AGENTOPS_AGENT_MODULES", ["demo.agents"] if AGENTOPS_DEMO else []
 )
 # How long a claim holds a run without a heartbeat, in seconds.
-AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0)
+AGENTOPS_LEASE_SECONDS = env_float("AGENTOPS_LEASE_SECONDS", 30.0, above=0)
 # Renew the lease from a thread during long calls (fenced writes renew it as well).
 AGENTOPS_HEARTBEAT = env_bool("AGENTOPS_HEARTBEAT", default=True)
 # Largest JSON document (bytes) accepted from a person or a tool.
-AGENTOPS_MAX_JSON_BYTES = int(env_float("AGENTOPS_MAX_JSON_BYTES", 256 * 1024))
+AGENTOPS_MAX_JSON_BYTES = env_int("AGENTOPS_MAX_JSON_BYTES", 256 * 1024, at_least=1)
 # Claims in a row that may end in a crash (a dead worker, an unexpected exception) before the
 # run goes to needs_attention as a crash loop.
-AGENTOPS_CRASH_LOOP_CLAIMS = int(env_float("AGENTOPS_CRASH_LOOP_CLAIMS", 3))
+AGENTOPS_CRASH_LOOP_CLAIMS = env_int("AGENTOPS_CRASH_LOOP_CLAIMS", 3, at_least=1)
 # Attempts of one operation re-run after crashes (safe and idempotent tools; model requests of
 # agents without a ModelRetry) before the run goes to needs_attention.
-AGENTOPS_OPERATION_ATTEMPTS = int(env_float("AGENTOPS_OPERATION_ATTEMPTS", 3))
-if AGENTOPS_CRASH_LOOP_CLAIMS < 1 or AGENTOPS_OPERATION_ATTEMPTS < 1:
-    raise ImproperlyConfigured(
-        "AGENTOPS_CRASH_LOOP_CLAIMS and AGENTOPS_OPERATION_ATTEMPTS must be >= 1"
-    )
+AGENTOPS_OPERATION_ATTEMPTS = env_int("AGENTOPS_OPERATION_ATTEMPTS", 3, at_least=1)
 # The Anthropic adapter (docs/model-adapter.md): short in-process retries of transient errors
 # within one attempt, the longest provider wait slept through in-process (longer ones go to the
 # persisted backoff), and the default timeout of one request.
-AGENTOPS_MODEL_RETRIES = int(env_float("AGENTOPS_MODEL_RETRIES", 2))
-AGENTOPS_MODEL_RETRY_MAX_WAIT = env_float("AGENTOPS_MODEL_RETRY_MAX_WAIT", 10.0)
-AGENTOPS_MODEL_TIMEOUT = env_float("AGENTOPS_MODEL_TIMEOUT", 600.0)
+AGENTOPS_MODEL_RETRIES = env_int("AGENTOPS_MODEL_RETRIES", 2, at_least=0)
+AGENTOPS_MODEL_RETRY_MAX_WAIT = env_float("AGENTOPS_MODEL_RETRY_MAX_WAIT", 10.0, at_least=0)
+AGENTOPS_MODEL_TIMEOUT = env_float("AGENTOPS_MODEL_TIMEOUT", 600.0, above=0)
 # The store prepares its statements once per connection; turn off behind a pooler that cannot
 # hold prepared statements (PgBouncer in transaction mode before 1.21).
 AGENTOPS_PREPARED_STATEMENTS = env_bool("AGENTOPS_PREPARED_STATEMENTS", default=True)
 # The work queue: a claim ("alice is on it") lapses after this many seconds.
-AGENTOPS_CLAIM_SECONDS = env_float("AGENTOPS_CLAIM_SECONDS", 15 * 60.0)
+AGENTOPS_CLAIM_SECONDS = env_float("AGENTOPS_CLAIM_SECONDS", 15 * 60.0, above=0)
 # An approval under a rule with an expiry warns (approval_expiring) this long before it expires.
-AGENTOPS_APPROVAL_EXPIRING_SECONDS = env_float("AGENTOPS_APPROVAL_EXPIRING_SECONDS", 15 * 60.0)
+AGENTOPS_APPROVAL_EXPIRING_SECONDS = env_float(
+    "AGENTOPS_APPROVAL_EXPIRING_SECONDS", 15 * 60.0, above=0
+)
 # A high-risk approval in the console needs a password entered this recently.
-AGENTOPS_REAUTH_SECONDS = env_float("AGENTOPS_REAUTH_SECONDS", 5 * 60.0)
-if min(AGENTOPS_CLAIM_SECONDS, AGENTOPS_APPROVAL_EXPIRING_SECONDS, AGENTOPS_REAUTH_SECONDS) <= 0:
-    raise ImproperlyConfigured(
-        "AGENTOPS_CLAIM_SECONDS, AGENTOPS_APPROVAL_EXPIRING_SECONDS and AGENTOPS_REAUTH_SECONDS "
-        "must be > 0"
-    )
+AGENTOPS_REAUTH_SECONDS = env_float("AGENTOPS_REAUTH_SECONDS", 5 * 60.0, above=0)
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
 
 # --- HTTP API (docs/api.md) ---------------------------------------------------------------------
 # Requests per minute per token (0: no limit); counted in the cache below, shared by processes.
-AGENTOPS_API_RATE_LIMIT = int(env_float("AGENTOPS_API_RATE_LIMIT", 120))
+AGENTOPS_API_RATE_LIMIT = env_int("AGENTOPS_API_RATE_LIMIT", 120, at_least=0)
 AGENTOPS_API_CACHE = "api"
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
@@ -346,7 +339,9 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Redis: a message taken by a worker that died unacknowledged goes back to the queue after this
 # many seconds. Recovery does not wait for it (the sweep re-enqueues expired leases); it only
 # bounds how long a redelivery of the lost message takes.
-AGENTOPS_BROKER_VISIBILITY_TIMEOUT = env_float("AGENTOPS_BROKER_VISIBILITY_TIMEOUT", 3600.0)
+AGENTOPS_BROKER_VISIBILITY_TIMEOUT = env_float(
+    "AGENTOPS_BROKER_VISIBILITY_TIMEOUT", 3600.0, above=0
+)
 # Redis scans for abandoned messages about four times per visibility timeout (at most every
 # 100 s, kombu's default): every `interval` seconds, one tick in `throttle` scans.
 _restore_period = max(1, min(100, int(AGENTOPS_BROKER_VISIBILITY_TIMEOUT / 4)))
@@ -366,11 +361,9 @@ AGENTOPS_DISPATCH = env_str("AGENTOPS_DISPATCH", "agentops.tasks.enqueue")
 # Hands a submitted bulk job (runs list: act on every run a filter matches) to the workers.
 AGENTOPS_BULK_DISPATCH = env_str("AGENTOPS_BULK_DISPATCH", "agentops.tasks.enqueue_bulk_job")
 # How often every worker's sweep re-enqueues lost, expired and due runs, in seconds.
-AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0)
-if AGENTOPS_SWEEP_SECONDS <= 0 or AGENTOPS_LEASE_SECONDS <= 0:
-    raise ImproperlyConfigured("AGENTOPS_SWEEP_SECONDS and AGENTOPS_LEASE_SECONDS must be > 0")
+AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0, above=0)
 # Task threads of the worker embedded in `manage.py serve`.
-AGENTOPS_EMBEDDED_CONCURRENCY = int(env_float("AGENTOPS_EMBEDDED_CONCURRENCY", 4))
+AGENTOPS_EMBEDDED_CONCURRENCY = env_int("AGENTOPS_EMBEDDED_CONCURRENCY", 4, at_least=1)
 
 # --- Live updates: Channels ---------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
@@ -401,9 +394,9 @@ AUTHENTICATION_BACKENDS = [
 ]
 AXES_ENABLED = env_bool("AGENTOPS_LOGIN_LOCKOUT", default=True)
 # After this many failed logins of one username from one address, that pair is locked out...
-AXES_FAILURE_LIMIT = int(env_float("AGENTOPS_LOGIN_FAILURE_LIMIT", 5))
+AXES_FAILURE_LIMIT = env_int("AGENTOPS_LOGIN_FAILURE_LIMIT", 5, at_least=1)
 # ...for this long (the lockout answers 429 with a message; an admin can also reset it).
-AXES_COOLOFF_TIME = _dt.timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES", 15))
+AXES_COOLOFF_TIME = _dt.timedelta(minutes=env_float("AGENTOPS_LOGIN_COOLOFF_MINUTES", 15, above=0))
 # The pair, not the username alone: nobody can lock a colleague out from another machine.
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
@@ -423,7 +416,7 @@ def _lockout_username(request: Any, credentials: dict[str, Any] | None) -> Any:
 
 AXES_USERNAME_CALLABLE = _lockout_username
 # Sessions end this long after login (8 hours: one shift); a websocket needs a live session too.
-SESSION_COOKIE_AGE = int(env_float("AGENTOPS_SESSION_SECONDS", 8 * 3600))
+SESSION_COOKIE_AGE = env_int("AGENTOPS_SESSION_SECONDS", 8 * 3600, at_least=1)
 SESSION_COOKIE_HTTPONLY = True
 
 # AGENTOPS_PRODUCTION=1: served over HTTPS only (`manage.py check --deploy` passes).
@@ -435,7 +428,7 @@ if AGENTOPS_PRODUCTION:
     # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
     if env_bool("AGENTOPS_BEHIND_PROXY", default=False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = int(env_float("AGENTOPS_HSTS_SECONDS", 365 * 24 * 3600))
+    SECURE_HSTS_SECONDS = env_int("AGENTOPS_HSTS_SECONDS", 365 * 24 * 3600, at_least=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTOPS_HSTS_INCLUDE_SUBDOMAINS", default=True)
     SECURE_HSTS_PRELOAD = env_bool("AGENTOPS_HSTS_PRELOAD", default=False)
     SESSION_COOKIE_SECURE = True
@@ -454,29 +447,31 @@ AGENTOPS_INTEGRATIONS_KEY = env_str("AGENTOPS_INTEGRATIONS_KEY")
 # Base of the links in notifications (the console's address as people reach it).
 AGENTOPS_CONSOLE_URL = env_str("AGENTOPS_CONSOLE_URL", "http://localhost:8000")
 # Every worker's outbox sweep: fold metrics, make deliveries and notifications, hand out sends.
-AGENTOPS_OUTBOX_SECONDS = env_float("AGENTOPS_OUTBOX_SECONDS", 2.0)
-AGENTOPS_OUTBOX_BATCH = int(env_float("AGENTOPS_OUTBOX_BATCH", 500))
+AGENTOPS_OUTBOX_SECONDS = env_float("AGENTOPS_OUTBOX_SECONDS", 2.0, above=0)
+AGENTOPS_OUTBOX_BATCH = env_int("AGENTOPS_OUTBOX_BATCH", 500, at_least=1)
 # A hole in the event ids older than this is a rolled-back insert, not a commit still to come.
-AGENTOPS_OUTBOX_GAP_SECONDS = env_float("AGENTOPS_OUTBOX_GAP_SECONDS", 60.0)
+AGENTOPS_OUTBOX_GAP_SECONDS = env_float("AGENTOPS_OUTBOX_GAP_SECONDS", 60.0, above=0)
 # How long a sender holds a claimed message before another may send it again.
-AGENTOPS_OUTBOX_CLAIM_SECONDS = env_float("AGENTOPS_OUTBOX_CLAIM_SECONDS", 60.0)
+AGENTOPS_OUTBOX_CLAIM_SECONDS = env_float("AGENTOPS_OUTBOX_CLAIM_SECONDS", 60.0, above=0)
 # Retries: BACKOFF * 2**(attempt-1) seconds, capped; after MAX_ATTEMPTS a message has failed
 # (and a webhook subscription is disabled and flagged). The defaults span about a day.
-AGENTOPS_OUTBOX_BACKOFF_SECONDS = env_float("AGENTOPS_OUTBOX_BACKOFF_SECONDS", 5.0)
-AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS = env_float("AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS", 3600.0)
-AGENTOPS_OUTBOX_MAX_ATTEMPTS = int(env_float("AGENTOPS_OUTBOX_MAX_ATTEMPTS", 30))
-AGENTOPS_RESPONSE_EXCERPT_CHARS = int(env_float("AGENTOPS_RESPONSE_EXCERPT_CHARS", 500))
+AGENTOPS_OUTBOX_BACKOFF_SECONDS = env_float("AGENTOPS_OUTBOX_BACKOFF_SECONDS", 5.0, above=0)
+AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS = env_float(
+    "AGENTOPS_OUTBOX_BACKOFF_MAX_SECONDS", 3600.0, above=0
+)
+AGENTOPS_OUTBOX_MAX_ATTEMPTS = env_int("AGENTOPS_OUTBOX_MAX_ATTEMPTS", 30, at_least=1)
+AGENTOPS_RESPONSE_EXCERPT_CHARS = env_int("AGENTOPS_RESPONSE_EXCERPT_CHARS", 500, at_least=0)
 # Webhook and Slack destinations: private, loopback and link-local addresses are refused unless
 # inside one of these networks (CIDR, comma-separated), e.g. "10.0.0.0/8".
 AGENTOPS_OUTBOUND_ALLOWED_NETWORKS = env_list("AGENTOPS_OUTBOUND_ALLOWED_NETWORKS", [])
-AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = env_float("AGENTOPS_OUTBOUND_TIMEOUT_SECONDS", 10.0)
+AGENTOPS_OUTBOUND_TIMEOUT_SECONDS = env_float("AGENTOPS_OUTBOUND_TIMEOUT_SECONDS", 10.0, above=0)
 # Slack's Web API, for routes with a bot token (chat.postMessage is posted under it).
 AGENTOPS_SLACK_API_URL = env_str("AGENTOPS_SLACK_API_URL", "https://slack.com/api")
 # /metrics: a bearer token, or the networks (CIDR) a scraper may come from; neither = refused.
 AGENTOPS_METRICS_TOKEN = env_str("AGENTOPS_METRICS_TOKEN")
 AGENTOPS_METRICS_ALLOWED_NETWORKS = env_list("AGENTOPS_METRICS_ALLOWED_NETWORKS", [])
 # Events folded into the counters per scrape (the sweeps fold too).
-AGENTOPS_METRICS_FOLD_BATCH = int(env_float("AGENTOPS_METRICS_FOLD_BATCH", 5000))
+AGENTOPS_METRICS_FOLD_BATCH = env_int("AGENTOPS_METRICS_FOLD_BATCH", 5000, at_least=1)
 # Traces: OTLP over HTTP to this endpoint (e.g. http://collector:4318/v1/traces); empty = off.
 AGENTOPS_OTLP_ENDPOINT = env_str("AGENTOPS_OTLP_ENDPOINT")
 AGENTOPS_OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "agentops")
@@ -526,7 +521,7 @@ if env_str("AGENTOPS_MODEL_PRICES_JSON"):
 # Email notifications: Django's email settings (SMTP by default).
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = int(env_float("EMAIL_PORT", 25))
+EMAIL_PORT = env_int("EMAIL_PORT", 25, at_least=1)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
