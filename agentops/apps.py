@@ -10,5 +10,10 @@ class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core import checks
+
         # Connects the login signal that puts the operator's time zone in their session.
         from agentops import context  # noqa: F401
+        from agentops.checks import database_tls
+
+        checks.register(database_tls, checks.Tags.security, deploy=True)

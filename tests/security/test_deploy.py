@@ -141,3 +141,40 @@ def test_production_redirects_to_https_and_sends_hsts(settings, client, db) -> N
     assert secure.status_code == 200
     assert secure["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
     assert secure.cookies["csrftoken"]["secure"] is True
+
+
+@pytest.mark.parametrize(
+    ("url", "extra", "warned"),
+    [
+        ("postgres://app@db.example/agentops", {}, "sslmode=prefer"),
+        ("postgres://app@db.example/agentops?sslmode=disable", {}, "sslmode=disable"),
+        ("postgres://app@127.0.0.1,db.example/agentops?sslmode=allow", {}, "sslmode=allow"),
+        ("postgres://app@db.example/agentops?sslmode=verify-full", {}, None),
+        ("postgres://app@db.example/agentops?sslmode=require", {}, None),
+        # libpq reads PGSSLMODE where the URL says nothing.
+        ("postgres://app@db.example/agentops", {"PGSSLMODE": "verify-ca"}, None),
+        # Traffic that never leaves the machine: loopback and a socket folder.
+        ("postgres://app@127.0.0.1:5432/agentops", {}, None),
+        ("postgres://app@%2Fvar%2Frun%2Fpostgresql/agentops", {}, None),
+    ],
+)
+def test_check_deploy_warns_of_a_remote_database_reached_without_required_tls(
+    url: str, extra: dict[str, str], warned: str | None
+) -> None:
+    done = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        env=production(DATABASE_URL=url, **{"PGSSLMODE": "", **extra}),
+    )
+    output = done.stdout + done.stderr
+
+    if warned is None:
+        assert done.returncode == 0, output
+        assert "agentops.W001" not in output
+    else:
+        assert done.returncode != 0
+        assert "agentops.W001" in output
+        assert f"with {warned}: libpq falls back to clear text" in output
+        assert "?sslmode=verify-full&sslrootcert=" in output
