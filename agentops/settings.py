@@ -274,6 +274,36 @@ AGENTOPS_REAUTH_SECONDS = env_float("AGENTOPS_REAUTH_SECONDS", 5 * 60.0, above=0
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
 
+
+def _redis_url(name: str) -> str:
+    """The Redis URL in `name` ("" when unset), read at start as redis-py will read it: a
+    scheme it does not know, a port or a database that is not a number, which redis-py would
+    refuse at the first websocket or silently read as database 0, stops the process here. The
+    URL is not shown: it may hold a password."""
+    url = env_str(name)
+    if not url:
+        return ""
+    from redis.connection import parse_url
+
+    parsed = urlparse(url)
+    database = parsed.path.strip("/") if parsed.scheme in {"redis", "rediss"} else ""
+    try:
+        parse_url(url)
+        readable = database == "" or database.isdigit()
+    except ValueError:
+        readable = False
+    if not readable:
+        raise ImproperlyConfigured(
+            f"{name} must read as redis://[:password@]host:port/database (rediss:// for TLS, "
+            "unix://path?db=N for a socket), the port and the database numbers"
+        )
+    return url
+
+
+# Redis for the live updates' channel layer and the API's shared cache ("": neither; the
+# embedded setup's in-memory layer and a database table instead).
+REDIS_URL = _redis_url("REDIS_URL")
+
 # --- HTTP API (docs/api.md) ---------------------------------------------------------------------
 # Requests per minute per token (0: no limit); counted in the cache below, shared by processes.
 AGENTOPS_API_RATE_LIMIT = env_int("AGENTOPS_API_RATE_LIMIT", 120, at_least=0)
@@ -282,8 +312,8 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     # Redis where there is one; else a table in the database (made by the api app's migration).
     AGENTOPS_API_CACHE: (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _api_redis}
-        if (_api_redis := env_str("REDIS_URL"))
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
         else {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
             "LOCATION": "agentops_api_cache",
@@ -366,7 +396,6 @@ AGENTOPS_SWEEP_SECONDS = env_float("AGENTOPS_SWEEP_SECONDS", 5.0, above=0)
 AGENTOPS_EMBEDDED_CONCURRENCY = env_int("AGENTOPS_EMBEDDED_CONCURRENCY", 4, at_least=1)
 
 # --- Live updates: Channels ---------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
 # A websocket's consumer waits for its next message with a blocking pop of 5 s (channels_redis).
 # redis-py 8 gives every read a 5 s timeout by default, which cut that wait short: the consumer
 # died and its page reconnected after every 5 s of quiet. A read here outlasts the pop.

@@ -1,5 +1,6 @@
-"""Settings from the environment: a malformed or out-of-range number stops the process at start,
-with the setting's name, instead of failing later or quietly (agentops/env.py)."""
+"""Settings from the environment: a malformed or out-of-range number, or a Redis URL redis-py
+cannot read, stops the process at start with the setting's name, instead of failing later or
+quietly (agentops/env.py, agentops/settings.py)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,39 @@ def test_the_settings_that_mean_off_at_zero_still_take_it() -> None:
     read = settings_of(AGENTOPS_DB_POOL_MAX_SIZE="0", AGENTOPS_DB_POOL_MIN_SIZE="0")
 
     assert "pool" not in read["OPTIONS"]
+
+
+REDIS_REFUSED = (
+    "django.core.exceptions.ImproperlyConfigured: REDIS_URL must read as "
+    "redis://[:password@]host:port/database (rediss:// for TLS, unix://path?db=N for a socket), "
+    "the port and the database numbers"
+)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://cache.example:6379/0",
+        "redis:/cache.example",
+        "redis://:s3cret@cache.example:six/0",
+        # redis-py reads a database that is not a number as database 0, silently.
+        "redis://:s3cret@cache.example:6379/live",
+    ],
+)
+def test_a_redis_url_redis_py_cannot_read_stops_the_process_without_showing_it(url: str) -> None:
+    refused = settings_of(REDIS_URL=url)
+
+    assert refused == {"error": REDIS_REFUSED}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://cache.example",
+        "redis://cache.example:6379/5",
+        "rediss://:p%40ss@cache.example:6380/2",
+        "unix:///run/redis/redis.sock?db=1",
+    ],
+)
+def test_the_redis_urls_redis_py_reads_are_taken(url: str) -> None:
+    assert "error" not in settings_of(REDIS_URL=url)
