@@ -49,14 +49,18 @@ def env_float(
 
 
 def env_int(name: str, default: int, *, at_least: int | None = None) -> int:
-    """A whole number (the default when unset or empty), at least `at_least`."""
+    """A whole number (the default when unset or empty), at least `at_least`. Written as a
+    number with no fraction ("10.0", "1e3") it is taken; "2.5" is refused, not cut to 2."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        number = float(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+        number = math.nan
+    if not number.is_integer():
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}")
+    value = int(number)
     _in_range(name, raw, value, at_least, None)
     return value
 

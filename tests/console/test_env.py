@@ -50,7 +50,9 @@ def test_a_number_must_be_finite_and_in_its_range(
     ("raw", "error"),
     [
         ("2.5", f"{NAME} must be a whole number, got '2.5'"),
-        ("1e3", f"{NAME} must be a whole number, got '1e3'"),
+        ("two", f"{NAME} must be a whole number, got 'two'"),
+        ("inf", f"{NAME} must be a whole number, got 'inf'"),
+        ("nan", f"{NAME} must be a whole number, got 'nan'"),
         ("0", f"{NAME} must be at least 1, got '0'"),
         ("-3", f"{NAME} must be at least 1, got '-3'"),
     ],
@@ -69,6 +71,11 @@ def test_a_count_must_be_whole_and_in_its_range(
 def test_the_bounds_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NAME, " 1 ")
     assert env_int(NAME, 5, at_least=1) == 1
+    # A count written with no fraction is that count.
+    monkeypatch.setenv(NAME, "10.0")
+    assert env_int(NAME, 5, at_least=1) == 10
+    monkeypatch.setenv(NAME, "1e3")
+    assert env_int(NAME, 5, at_least=1) == 1000
     monkeypatch.setenv(NAME, "0")
     assert env_float(NAME, 5.0, at_least=0) == 0.0
     monkeypatch.setenv(NAME, "0.001")
