@@ -35,13 +35,10 @@ def env_float(
     name: str, default: float, *, at_least: float | None = None, above: float | None = None
 ) -> float:
     """A finite number (the default when unset or empty), within the range given."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
+    raw = _given(name)
+    if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    value = _number(name, raw, "a number")
     if not math.isfinite(value):
         raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     _in_range(name, raw, value, at_least, above)
@@ -51,18 +48,28 @@ def env_float(
 def env_int(name: str, default: int, *, at_least: int | None = None) -> int:
     """A whole number (the default when unset or empty), at least `at_least`. Written as a
     number with no fraction ("10.0", "1e3") it is taken; "2.5" is refused, not cut to 2."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
+    raw = _given(name)
+    if raw is None:
         return default
-    try:
-        number = float(raw)
-    except ValueError:
-        number = math.nan
+    number = _number(name, raw, "a whole number")
     if not number.is_integer():
         raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}")
     value = int(number)
     _in_range(name, raw, value, at_least, None)
     return value
+
+
+def _given(name: str) -> str | None:
+    """The variable's text, or None when it is unset or empty (the setting's default)."""
+    raw = os.environ.get(name)
+    return None if raw is None or raw == "" else raw
+
+
+def _number(name: str, raw: str, what: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
 
 
 def _in_range(

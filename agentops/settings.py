@@ -126,7 +126,7 @@ DB_POOL: dict[str, Any] = {
     "max_size": env_int("AGENTOPS_DB_POOL_MAX_SIZE", 10, at_least=0),
     "timeout": env_float("AGENTOPS_DB_POOL_TIMEOUT", 10.0, above=0),
 }
-if DB_POOL["max_size"] and not 0 <= DB_POOL["min_size"] <= DB_POOL["max_size"]:
+if DB_POOL["max_size"] and DB_POOL["min_size"] > DB_POOL["max_size"]:
     raise ImproperlyConfigured("AGENTOPS_DB_POOL_MIN_SIZE must be between 0 and the max size")
 
 

@@ -4,6 +4,8 @@ quietly (agentops/env.py, agentops/settings.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -11,6 +13,15 @@ from agentops.env import env_float, env_int
 from tests.console.test_db_pool import settings_of
 
 NAME = "AGENTOPS_TEST_NUMBER"
+
+
+# A positive number, and a count of at least one: the two kinds of setting.
+def positive() -> float:
+    return env_float(NAME, 1.0, above=0)
+
+
+def count() -> float:
+    return env_int(NAME, 1, at_least=1)
 
 
 @pytest.mark.parametrize("raw", [None, ""])
@@ -25,45 +36,29 @@ def test_unset_or_empty_is_the_default(monkeypatch: pytest.MonkeyPatch, raw: str
 
 
 @pytest.mark.parametrize(
-    ("raw", "error"),
+    ("read", "raw", "error"),
     [
-        ("soon", f"{NAME} must be a number, got 'soon'"),
-        ("nan", f"{NAME} must be a finite number, got 'nan'"),
-        ("inf", f"{NAME} must be a finite number, got 'inf'"),
-        ("-Infinity", f"{NAME} must be a finite number, got '-Infinity'"),
-        ("0", f"{NAME} must be more than 0, got '0'"),
-        ("-0.5", f"{NAME} must be more than 0, got '-0.5'"),
+        (positive, "soon", f"{NAME} must be a number, got 'soon'"),
+        (positive, "nan", f"{NAME} must be a finite number, got 'nan'"),
+        (positive, "inf", f"{NAME} must be a finite number, got 'inf'"),
+        (positive, "-Infinity", f"{NAME} must be a finite number, got '-Infinity'"),
+        (positive, "0", f"{NAME} must be more than 0, got '0'"),
+        (positive, "-0.5", f"{NAME} must be more than 0, got '-0.5'"),
+        (count, "2.5", f"{NAME} must be a whole number, got '2.5'"),
+        (count, "two", f"{NAME} must be a whole number, got 'two'"),
+        (count, "inf", f"{NAME} must be a whole number, got 'inf'"),
+        (count, "nan", f"{NAME} must be a whole number, got 'nan'"),
+        (count, "0", f"{NAME} must be at least 1, got '0'"),
+        (count, "-3", f"{NAME} must be at least 1, got '-3'"),
     ],
 )
-def test_a_number_must_be_finite_and_in_its_range(
-    monkeypatch: pytest.MonkeyPatch, raw: str, error: str
+def test_a_number_must_be_finite_whole_where_it_counts_and_in_its_range(
+    monkeypatch: pytest.MonkeyPatch, read: Callable[[], float], raw: str, error: str
 ) -> None:
     monkeypatch.setenv(NAME, raw)
 
     with pytest.raises(ImproperlyConfigured) as refused:
-        env_float(NAME, 1.0, above=0)
-
-    assert str(refused.value) == error
-
-
-@pytest.mark.parametrize(
-    ("raw", "error"),
-    [
-        ("2.5", f"{NAME} must be a whole number, got '2.5'"),
-        ("two", f"{NAME} must be a whole number, got 'two'"),
-        ("inf", f"{NAME} must be a whole number, got 'inf'"),
-        ("nan", f"{NAME} must be a whole number, got 'nan'"),
-        ("0", f"{NAME} must be at least 1, got '0'"),
-        ("-3", f"{NAME} must be at least 1, got '-3'"),
-    ],
-)
-def test_a_count_must_be_whole_and_in_its_range(
-    monkeypatch: pytest.MonkeyPatch, raw: str, error: str
-) -> None:
-    monkeypatch.setenv(NAME, raw)
-
-    with pytest.raises(ImproperlyConfigured) as refused:
-        env_int(NAME, 1, at_least=1)
+        read()
 
     assert str(refused.value) == error
 
