@@ -20,7 +20,7 @@ from runtime import clock
 from runtime.errors import AgentOpsError
 from runtime.store import archive
 
-_AGE = re.compile(r"(\d+)([hdw])")
+_AGE = re.compile(r"([0-9]+)([hdw])")
 _UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -32,13 +32,17 @@ class ArchiveError(AgentOpsError):
 
 def parse_age(text: str) -> dt.timedelta:
     """`90d`, `12h`, `2w`: a positive age."""
+    shown = text if len(text) <= 40 else text[:40] + "…"
     match = _AGE.fullmatch(text.strip())
-    if match is None or int(match[1]) == 0:
+    if match is None or not match[1].strip("0"):
         raise ArchiveError(
-            f"the age {text!r} is not a positive whole number of hours, days or weeks "
+            f"the age {shown!r} is not a positive whole number of hours, days or weeks "
             "(e.g. 90d, 12h, 2w)"
         )
-    return dt.timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:
+        return dt.timedelta(**{_UNITS[match[2]]: int(match[1])})
+    except (OverflowError, ValueError):  # past what a timedelta holds (or int() reads)
+        raise ArchiveError(f"the age {shown!r} reaches back before the year 1") from None
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,10 @@ def archive_runs(
     if not dry_run and not (to.is_dir() and os.access(to, os.W_OK | os.X_OK)):
         raise ArchiveError(f"cannot write an archive into {to}: not a writable directory")
     now = clock.now()
-    cutoff = now - older_than
+    try:
+        cutoff = now - older_than
+    except OverflowError:
+        raise ArchiveError("the age reaches back before the year 1") from None
     tables = archive.history_tables()
     moved = archive.Moved()
     started = time.perf_counter()

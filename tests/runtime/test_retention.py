@@ -186,6 +186,30 @@ def test_a_bad_age_is_refused_and_nothing_changes(world, tmp_path, age):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "age",
+    [
+        "1000000d",  # a date 2,700 years back: before the year 1
+        "99999999999w",  # more days than a timedelta holds
+        "9" * 5000 + "h",  # more digits than int() reads
+    ],
+)
+def test_an_age_before_the_year_1_is_refused_and_nothing_changes(world, tmp_path, age):
+    before = _everything()
+    with pytest.raises(CommandError, match="reaches back before the year 1"):
+        call_command("archive_runs", f"--older-than={age}", f"--to={tmp_path}")
+    with pytest.raises(CommandError, match="reaches back before the year 1"):
+        call_command("archive_runs", f"--older-than={age}", "--dry-run")
+    assert _everything() == before
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_age_in_other_scripts_digits_is_refused():
+    # str.isdigit and int() take them; an age is written in ASCII digits.
+    with pytest.raises(ArchiveError, match="not a positive whole number"):
+        parse_age("\u0669\u0660d")
+
+
 def test_ages_read_in_hours_days_and_weeks():
     assert [parse_age(a) for a in ("12h", "90d", "2w")] == [
         dt.timedelta(hours=12),
