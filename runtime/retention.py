@@ -47,7 +47,7 @@ def parse_age(text: str) -> dt.timedelta:
 
 @dataclass(frozen=True)
 class ArchiveReport:
-    path: Path | None  # None in a dry run
+    path: Path | None  # None in a dry run, or when nothing moved (no file is left)
     runs: int
     rows: dict[str, int]  # by model label, e.g. "agentops.event"
     bytes: int
@@ -73,7 +73,8 @@ def archive_runs(
     before_delete: Callable[[list[str]], None] | None = None,
 ) -> ArchiveReport:
     """Archive every finished run older than `older_than` into one new gzip file in `to`, then
-    delete it; a dry run counts what would move and writes nothing.
+    delete it; a dry run counts what would move and writes nothing, and so does a run that
+    finds nothing to move (its file is removed).
 
     `after_batch(n)` runs after the n-th batch committed, `before_delete(run ids)` after a
     batch's file member is durable and before its rows are deleted (where a crash is tested).
@@ -120,7 +121,11 @@ def archive_runs(
             # Another pass while the last one archived forks: their parents may be free now.
             while walk(out):
                 pass
-        moved.bytes = path.stat().st_size
+        if moved.runs:
+            moved.bytes = path.stat().st_size
+        else:  # a file holding only its header would be one more for each scheduled run
+            path.unlink()
+            path = None
     return ArchiveReport(
         path=path,
         runs=moved.runs,

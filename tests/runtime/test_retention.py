@@ -4,6 +4,7 @@ batch by batch; nothing unfinished, recent, forked from or held by a running bul
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import threading
 from pathlib import Path
@@ -173,6 +174,18 @@ def test_a_dry_run_counts_the_same_and_writes_nothing(world, tmp_path):
         assert _everything() == before
         real = archive_runs(AGE, to=tmp_path, batch=3)
     assert (dry.path, dry.runs, dry.rows) == (None, real.runs, real.rows)
+
+
+def test_nothing_old_enough_leaves_no_file_and_says_so(world, tmp_path):
+    before = _everything()
+    with clock.frozen(NOW):
+        report = archive_runs(dt.timedelta(weeks=1000), to=tmp_path)
+        out = io.StringIO()
+        call_command("archive_runs", "--older-than=1000w", f"--to={tmp_path}", stdout=out)
+    assert (report.path, report.runs, report.rows, report.bytes) == (None, 0, {}, 0)
+    assert out.getvalue() == "nothing to archive: no finished run is older than 1000w\n"
+    assert list(tmp_path.iterdir()) == []
+    assert _everything() == before
 
 
 @pytest.mark.parametrize("age", ["90", "90x", "-3d", "0d", "d", "ninety days", ""])

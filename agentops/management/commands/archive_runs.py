@@ -35,6 +35,10 @@ class Command(BaseCommand):
             )
         except ArchiveError as exc:
             raise CommandError(exc.message) from exc
+        if not report.runs:
+            older = options["older_than"].strip()
+            self.stdout.write(f"nothing to archive: no finished run is older than {older}")
+            return
         verb = "would archive" if options["dry_run"] else "archived"
         where = f" to {report.path}" if report.path else ""
         self.stdout.write(f"{verb} {report.runs} runs{where}")
