@@ -142,11 +142,30 @@ class _Group:
         self.channel = ""
         self.joined = asyncio.ensure_future(self._join())
         self.receiving: asyncio.Task[None] | None = None
+        self.renewing: asyncio.Task[None] | None = None
 
     async def _join(self) -> None:
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(self.name, self.channel)
         self.receiving = asyncio.ensure_future(self._receive())
+        self.renewing = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        """Add the channel to the group again, four times per `group_expiry`.
+
+        Both layers drop a membership `group_expiry` seconds after it was added (24 hours by
+        default; channels_redis at each group_send), however busy the group. Every socket of
+        this process that shows the group shares this channel, so while one of them stays
+        open the channel is never added anew: a day after it joined, the pages would stop
+        hearing the group, their sockets still open and answering pings.
+        """
+        period = max(float(getattr(self.layer, "group_expiry", 86400)), 1.0) / 4
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.layer.group_add(self.name, self.channel)
+            except Exception as exc:  # the layer is down: the next renewal tries again
+                log.warning("live updates of %s: renewing the group failed: %s", self.name, exc)
 
     async def _receive(self) -> None:
         try:
@@ -158,6 +177,8 @@ class _Group:
             raise
         except Exception as exc:
             log.warning("live updates of %s stopped: %s", self.name, exc)
+            if self.renewing is not None:
+                self.renewing.cancel()
             if _groups.get(self.name) is self:
                 del _groups[self.name]
             for listener in list(self.listeners):
@@ -172,8 +193,9 @@ class _Group:
 
     async def leave(self) -> None:
         self.joined.cancel()
-        if self.receiving is not None:
-            self.receiving.cancel()
+        for task in (self.receiving, self.renewing):
+            if task is not None:
+                task.cancel()
         if self.channel:
             await self.layer.group_discard(self.name, self.channel)
 

@@ -375,6 +375,35 @@ def test_a_process_joins_a_group_once_however_many_of_its_sockets_show_it(
     assert all(f"/interactions/{interaction.pk}/" in message for message in pushed)
 
 
+def test_a_page_open_past_the_layers_group_expiry_still_hears_its_group(
+    world, as_user, django_capture_on_commit_callbacks, monkeypatch
+):
+    """Both layers drop a group membership `group_expiry` seconds after it was added (24 hours
+    by default), however busy the group. A process adds its channel once for all its sockets,
+    so an inbox kept open for a day stopped hearing events, its socket still open, and every
+    page opened after it in that process shared the dropped channel. Here the expiry is 2 s."""
+    layer = get_channel_layer()
+    monkeypatch.setattr(layer, "group_expiry", 2)
+    client = as_user("viewer")
+    client.get("/")
+    made: list[Any] = []
+
+    async def scenario() -> str:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await asyncio.sleep(3.5)  # past the expiry: both layers compare whole seconds
+        await acting(
+            django_capture_on_commit_callbacks, lambda: made.append(world.run("waiting"))
+        )()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    interaction = world.pending(made[0])
+    assert f"/interactions/{interaction.pk}/" in pushed["inbox"]
+
+
 class FailingLayer:
     """A channel layer as Channels specifies one (new_channel, group_add, group_discard,
     receive), whose receive fails as a lost Redis connection makes it fail."""
@@ -459,6 +488,44 @@ def test_when_the_channel_layer_fails_the_groups_pages_close_to_reconnect_and_ca
         assert live._groups == {}
 
     async_to_sync(scenario)()
+
+
+def test_a_renewal_the_layer_refuses_is_logged_and_the_next_one_renews(monkeypatch, caplog):
+    added: list[str] = []
+
+    class Flaky(FailingLayer):
+        group_expiry = 1  # renewed every quarter of a second
+
+        async def group_add(self, group: str, channel: str) -> None:
+            added.append(group)
+            if len(added) == 2:  # the first renewal
+                raise ConnectionError("Connection closed by server.")
+            await super().group_add(group, channel)
+
+    async def scenario() -> None:
+        layer = Flaky()
+        monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+        page = Page()
+        await live.listen("inbox", page)
+        for _ in range(300):  # the join and two renewals, each due within a quarter second
+            if len(added) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert added == ["inbox"] * 3
+        layer.messages.put_nowait({"type": live.MESSAGE_TYPE, "kind": "waiting"})
+        while not page.delivered:
+            await asyncio.sleep(0.001)
+        await live.unlisten("inbox", page)
+        renewals = len(added)
+        await asyncio.sleep(0.6)
+        assert len(added) == renewals  # a group that left renews no more
+        assert not page.closed
+
+    with caplog.at_level("WARNING", logger=live.log.name):
+        async_to_sync(scenario)()
+    assert [r.getMessage() for r in caplog.records] == [
+        "live updates of inbox: renewing the group failed: Connection closed by server."
+    ]
 
 
 def test_it_sends_the_inbox_only_events_that_may_change_a_status(world):
