@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user
 
 from agentops import live
 from agentops.views.common import VIEW
@@ -45,6 +46,12 @@ RENDER_RATE = 10.0
 # machine a page renders less often and leaves the cores to the requests, where on a quiet one
 # a render hardly waits and the pace above binds first.
 RENDER_REST = 2.0
+# A socket is allowed when it opens; before a frame, at most this often, it checks that its
+# login still holds. A logout, an expired session, a changed password, a deactivated user or a
+# withdrawn permission then closes it, with this code, instead of pushing to it for as long as
+# it stays open.
+LOGIN_RECHECK_SECONDS = 60.0
+LOGIN_GONE = 4403
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         # The events not sent yet, oldest first: when each arrived, and what it changes.
         self.pending: list[tuple[float, str]] = []
         self.flush_task: asyncio.Task[None] | None = None
+        # When the login was last found to hold (time.monotonic): as the socket opens. Once
+        # it no longer holds, the socket is closing and takes no more events.
+        self.login_checked = time.monotonic()
+        self.login_gone = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close()
@@ -252,6 +263,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         await self.close()
 
     def _want(self, changes: set[str] | frozenset[str]) -> None:
+        if self.login_gone:
+            return
         arrived = time.monotonic()
         self.pending.extend((arrived, change) for change in sorted(changes))
         if not self.pending:
@@ -277,8 +290,28 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 if at >= done.began or change not in done.changes
             ]
             if done.frame.message:
+                if not await self._login_holds():
+                    self.login_gone, self.pending = True, []
+                    await self.close(code=LOGIN_GONE)
+                    return
                 await self.send(text_data=done.frame.message)
                 self.shown = done.frame.cursor
+
+    async def _login_holds(self) -> bool:
+        if time.monotonic() - self.login_checked < LOGIN_RECHECK_SECONDS:
+            return True
+        holds = await database_sync_to_async(self._check_login)()
+        if holds:
+            self.login_checked = time.monotonic()
+        return holds
+
+    def _check_login(self) -> bool:
+        """Whether the session the socket opened with still logs in its user, as a page
+        request's would (its password unchanged, the user active), who may still see the
+        console. The session is read afresh: the scope's is the one read at the connect."""
+        user = self.scope["user"]
+        current = get_user(socket_request(user, self.scope.get("cookies", {})))
+        return bool(current.is_authenticated and current.pk == user.pk and current.has_perm(VIEW))
 
     def _render(self, changes: frozenset[str]) -> Frame:
         assert self.page is not None

@@ -601,6 +601,7 @@ def bare_consumer(
     """A consumer as `connect` leaves it, its renders made by `render`, its frames kept."""
     consumer = LiveConsumer()
     consumer.pending, consumer.flush_task = [], None
+    consumer.login_checked, consumer.login_gone = time.monotonic(), False  # as connect sets them
     consumer.renders = renders
     consumer._render = render  # type: ignore[method-assign]
     sent: list[str] = []

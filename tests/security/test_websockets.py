@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group, User
 from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
+from agentops import consumers
 from agentops.asgi import application
 from agentops.views.common import REAUTH_KEY
 from runtime import claim, respond
@@ -119,6 +121,78 @@ def test_an_expired_session_cannot_subscribe(personas, scene):
     assert opens(path, client) is True
     Session.objects.update(expire_date=timezone.now() - dt.timedelta(seconds=1))
     assert opens(path, client) is False
+
+
+# Ways a socket's login ends while it is open, each as an admin or the person would end it.
+LOGIN_ENDINGS: dict[str, Callable[[Client, User], Any]] = {
+    "logout": lambda client, user: client.logout(),
+    "session expired": lambda client, user: Session.objects.update(
+        expire_date=timezone.now() - dt.timedelta(seconds=1)
+    ),
+    "password changed": lambda client, user: (user.set_password("a-new-password"), user.save()),
+    "deactivated": lambda client, user: User.objects.filter(pk=user.pk).update(is_active=False),
+    "permission withdrawn": lambda client, user: user.groups.clear(),
+}
+
+
+@pytest.mark.parametrize("ending", ["none", *LOGIN_ENDINGS])
+def test_a_socket_whose_login_ends_is_closed_at_its_next_frame(
+    personas, world, committed, monkeypatch, ending
+):
+    """A socket was checked only as it opened: one left open after a logout, or by a user an
+    admin deactivated, went on receiving the inbox for as long as it stayed open."""
+    monkeypatch.setattr(consumers, "LOGIN_RECHECK_SECONDS", 0.0)  # every frame checks
+    client = personas("operator")
+    client.get("/")
+
+    async def scenario() -> dict[str, Any]:
+        ws = WebsocketCommunicator(application, "/ws/inbox/", headers(client))
+        assert (await ws.connect(timeout=3))[0]
+        if ending != "none":
+            user = await database_sync_to_async(User.objects.get)(username="operator")
+            await database_sync_to_async(LOGIN_ENDINGS[ending])(client, user)
+        await committed(lambda: world.run("waiting"))()
+        output: dict[str, Any] = await ws.receive_output(timeout=3)
+        await ws.disconnect()
+        return output
+
+    output = async_to_sync(scenario)()
+    if ending == "none":
+        assert output["type"] == "websocket.send"
+        assert 'id="inbox"' in output["text"]
+    else:
+        assert output == {"type": "websocket.close", "code": consumers.LOGIN_GONE}
+
+
+def test_a_socket_checks_its_login_at_most_once_a_minute(personas, world, committed, monkeypatch):
+    checks: list[bool] = []
+    check = consumers.LiveConsumer._check_login
+
+    def counted(self: consumers.LiveConsumer) -> bool:
+        checks.append(check(self))
+        return checks[-1]
+
+    monkeypatch.setattr(consumers.LiveConsumer, "_check_login", counted)
+    client = personas("operator")
+    client.get("/")
+
+    async def scenario() -> list[str]:
+        ws = WebsocketCommunicator(application, "/ws/inbox/", headers(client))
+        assert (await ws.connect(timeout=3))[0]
+        pushed = []
+        for _ in range(3):
+            await committed(lambda: world.run("waiting"))()
+            pushed.append(await ws.receive_from(timeout=3))
+            while not await ws.receive_nothing(timeout=0.3):
+                pushed.append(await ws.receive_from())
+        await ws.disconnect()
+        return pushed
+
+    assert len(async_to_sync(scenario)()) >= 3
+    assert checks == []  # opened less than a minute ago: the connect's check holds
+    monkeypatch.setattr(consumers, "LOGIN_RECHECK_SECONDS", 0.0)
+    assert len(async_to_sync(scenario)()) >= 3
+    assert checks and all(checks)
 
 
 # Where a client might put an API token to open a socket: (query string, headers).
