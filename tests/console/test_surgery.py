@@ -46,7 +46,7 @@ def test_it_refuses_a_pause_reason_with_a_null_character_and_changes_nothing(
     # Found by the fuzzing at 2,000 examples: Django's form refuses the NUL, and the view went on
     # to read a reason the form never cleaned (a 500).
     run = world.run("queued")
-    before = list(Event.objects.filter(run=run).values_list("pk", flat=True))
+    before = list(Event.objects.filter(run=run).order_by("pk").values_list("pk", flat=True))
     response = as_user("operator").post(
         f"/runs/{run.pk}/pause/", {"reason": "a\x00b"}, **(htmx() if in_place else {})
     )
@@ -57,7 +57,7 @@ def test_it_refuses_a_pause_reason_with_a_null_character_and_changes_nothing(
         assert (response.status_code, response["Location"]) == (302, f"/runs/{run.pk}/")
     run.refresh_from_db()
     assert (run.status, run.pause_requested_by) == (RunStatus.QUEUED, "")
-    assert list(Event.objects.filter(run=run).values_list("pk", flat=True)) == before
+    assert list(Event.objects.filter(run=run).order_by("pk").values_list("pk", flat=True)) == before
 
 
 @pytest.mark.parametrize("persona", ["viewer", "approver"])

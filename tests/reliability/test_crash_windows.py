@@ -146,7 +146,7 @@ def test_it_does_nothing_new_when_a_finished_task_is_redelivered(
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
     before = (run.status, run.fence, run.updated_at)
-    events = list(Event.objects.filter(run=run).values_list("id", flat=True))
+    events = list(Event.objects.filter(run=run).order_by("id").values_list("id", flat=True))
 
     # The unacknowledged message goes back to its queue after the visibility timeout.
     again = cluster.worker("redelivery", queues="acked-late")
@@ -157,7 +157,7 @@ def test_it_does_nothing_new_when_a_finished_task_is_redelivered(
     )
     run.refresh_from_db()
     assert (run.status, run.fence, run.updated_at) == before
-    assert list(Event.objects.filter(run=run).values_list("id", flat=True)) == events
+    assert list(Event.objects.filter(run=run).order_by("id").values_list("id", flat=True)) == events
     records = cluster.records()
     assert records.total_effects == 1
     assert sum(records.calls.values()) == 1

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _snapshot(run_id: Any) -> tuple[Any, ...]:
     return (
         list(Run.objects.filter(pk=run_id).values()),
-        list(Event.objects.filter(run_id=run_id).values_list("id", flat=True)),
-        list(Operation.objects.filter(run_id=run_id).values()),
-        list(Interaction.objects.filter(run_id=run_id).values()),
+        list(Event.objects.filter(run_id=run_id).order_by("id").values_list("id", flat=True)),
+        list(Operation.objects.filter(run_id=run_id).order_by("pk").values()),
+        list(Interaction.objects.filter(run_id=run_id).order_by("pk").values()),
     )
 
 

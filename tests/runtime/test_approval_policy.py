@@ -481,7 +481,9 @@ def test_a_claim_shows_who_is_on_it_lapses_and_can_be_released(define, groups, s
         work.release(interaction.pk, actor="ben")
         assert work.claim(interaction.pk, actor="cat").claimed_by == "cat"
     kinds = list(
-        Event.objects.filter(run=run, kind__startswith="item_").values_list("kind", "actor")
+        Event.objects.filter(run=run, kind__startswith="item_")
+        .order_by("id")
+        .values_list("kind", "actor")
     )
     assert kinds == [
         ("item_claimed", "ann"),

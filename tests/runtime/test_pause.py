@@ -35,8 +35,8 @@ def _kinds(run_id: Any) -> list[str]:
 def _snapshot(run_id: Any) -> tuple[Any, ...]:
     return (
         list(Run.objects.filter(pk=run_id).values()),
-        list(Event.objects.filter(run_id=run_id).values_list("id", flat=True)),
-        list(Operation.objects.filter(run_id=run_id).values()),
+        list(Event.objects.filter(run_id=run_id).order_by("id").values_list("id", flat=True)),
+        list(Operation.objects.filter(run_id=run_id).order_by("pk").values()),
     )
 
 

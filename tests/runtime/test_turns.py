@@ -34,7 +34,7 @@ def test_it_completes_with_the_final_answer_and_two_writes_per_call(define, effe
     agent = define(make_agent(one_call("get_order")))
     run = run_until_idle(submit(agent.name, "where is A1?", actor="alice").pk)
     assert (run.status, run.output, run.steps) == (RunStatus.COMPLETED, "done", 2)
-    kinds = list(Event.objects.filter(run=run).values_list("kind", flat=True))
+    kinds = list(Event.objects.filter(run=run).order_by("id").values_list("kind", flat=True))
     assert kinds == [
         "submitted",
         "claimed",
