@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.contrib.auth import get_user
 
 from agentops import live
@@ -46,11 +47,10 @@ RENDER_RATE = 10.0
 # machine a page renders less often and leaves the cores to the requests, where on a quiet one
 # a render hardly waits and the pace above binds first.
 RENDER_REST = 2.0
-# A socket is allowed when it opens; before a frame, at most this often, it checks that its
-# login still holds. A logout, an expired session, a changed password, a deactivated user or a
-# withdrawn permission then closes it, with this code, instead of pushing to it for as long as
-# it stays open.
-LOGIN_RECHECK_SECONDS = 60.0
+# A socket is allowed when it opens; before a frame, at most every
+# AGENTOPS_LIVE_LOGIN_CHECK_SECONDS, it checks that its login still holds. A logout, an expired
+# session, a changed password, a deactivated user or a withdrawn permission then closes it,
+# with this code, instead of pushing to it for as long as it stays open.
 LOGIN_GONE = 4403
 
 
@@ -298,7 +298,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 self.shown = done.frame.cursor
 
     async def _login_holds(self) -> bool:
-        if time.monotonic() - self.login_checked < LOGIN_RECHECK_SECONDS:
+        if time.monotonic() - self.login_checked < settings.AGENTOPS_LIVE_LOGIN_CHECK_SECONDS:
             return True
         holds = await database_sync_to_async(self._check_login)()
         if holds:

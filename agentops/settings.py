@@ -273,6 +273,9 @@ AGENTOPS_APPROVAL_EXPIRING_SECONDS = env_float(
 AGENTOPS_REAUTH_SECONDS = env_float("AGENTOPS_REAUTH_SECONDS", 5 * 60.0, above=0)
 # Callable that pushes a committed event to live subscribers ("" = nobody).
 AGENTOPS_PUBLISH = env_str("AGENTOPS_PUBLISH", "agentops.live.publish")
+# An open console socket checks its login again before a frame, at most this often (0: every
+# frame); one whose login ended is closed.
+AGENTOPS_LIVE_LOGIN_CHECK_SECONDS = env_float("AGENTOPS_LIVE_LOGIN_CHECK_SECONDS", 60.0, at_least=0)
 
 
 def _redis_url(name: str) -> str:

@@ -177,7 +177,14 @@
     sendCursor(liveSocket);
     setStatus("live", "open");
   });
-  document.addEventListener("htmx:wsClose", function () {
+  document.addEventListener("htmx:wsClose", function (event) {
+    // 4403: the login ended (a logout, an expired session, a withdrawn permission). The socket
+    // is not opened again; a reload leads to the login page.
+    var closed = event.detail && event.detail.event;
+    if (closed && closed.code === 4403) {
+      setStatus("signed out: reload the page", "closed");
+      return;
+    }
     setStatus("reconnecting…", "closed");
   });
   document.addEventListener("htmx:wsError", function () {

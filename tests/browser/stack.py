@@ -103,6 +103,9 @@ class Stack:
                 "AGENTOPS_LEASE_SECONDS": str(LEASE_SECONDS),
                 "AGENTOPS_SWEEP_SECONDS": str(SWEEP_SECONDS),
                 "AGENTOPS_LOG_LEVEL": "INFO",
+                # Every frame checks its socket's login: a check that closed a socket whose
+                # login holds would fail the browser tests that watch pages live.
+                "AGENTOPS_LIVE_LOGIN_CHECK_SECONDS": "0",
                 **database_env(),
             }
         )

@@ -4,6 +4,7 @@ websocket dropped (the server process was killed and started again)."""
 from __future__ import annotations
 
 import time
+from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import Route
@@ -61,6 +62,27 @@ def test_it_shows_new_work_within_a_second_and_catches_up_after_a_reconnect(desk
     assert inbox.locator("#approvals-title .tally").inner_text() == "2"
     assert alice.still_same_document()
     alice.shot("caught-up")
+
+
+def test_a_page_whose_login_ended_in_another_tab_says_so_and_shows_nothing_more(
+    desk, people, stack
+):
+    alice = people(stack, "alice")
+    inbox = alice.open("/")
+    # Alice logs out in another tab; the inbox tab stays open.
+    other = alice.context.new_page()
+    other.goto("/")
+    with other.expect_navigation():
+        other.get_by_role("button", name="Log out").click()
+    other.close()
+
+    run = desk.submit("Please refund $40 of order 1001, the bowl arrived cracked.")
+    desk.wait_status(run, RunStatus.WAITING)
+    inbox.locator("#live-status[data-state=closed]", has_text="signed out").wait_for()
+    assert inbox_row(inbox, "approvals", run).count() == 0
+    alice.shot("signed-out")
+    inbox.reload()
+    assert urlparse(inbox.url).path == "/accounts/login/"
 
 
 def test_a_push_for_a_region_the_page_no_longer_holds_is_dropped_without_an_error(

@@ -137,11 +137,11 @@ LOGIN_ENDINGS: dict[str, Callable[[Client, User], Any]] = {
 
 @pytest.mark.parametrize("ending", ["none", *LOGIN_ENDINGS])
 def test_a_socket_whose_login_ends_is_closed_at_its_next_frame(
-    personas, world, committed, monkeypatch, ending
+    personas, world, committed, settings, ending
 ):
     """A socket was checked only as it opened: one left open after a logout, or by a user an
     admin deactivated, went on receiving the inbox for as long as it stayed open."""
-    monkeypatch.setattr(consumers, "LOGIN_RECHECK_SECONDS", 0.0)  # every frame checks
+    settings.AGENTOPS_LIVE_LOGIN_CHECK_SECONDS = 0  # every frame checks
     client = personas("operator")
     client.get("/")
 
@@ -164,7 +164,9 @@ def test_a_socket_whose_login_ends_is_closed_at_its_next_frame(
         assert output == {"type": "websocket.close", "code": consumers.LOGIN_GONE}
 
 
-def test_a_socket_checks_its_login_at_most_once_a_minute(personas, world, committed, monkeypatch):
+def test_a_socket_checks_its_login_at_most_once_a_minute(
+    personas, world, committed, monkeypatch, settings
+):
     checks: list[bool] = []
     check = consumers.LiveConsumer._check_login
 
@@ -190,7 +192,7 @@ def test_a_socket_checks_its_login_at_most_once_a_minute(personas, world, commit
 
     assert len(async_to_sync(scenario)()) >= 3
     assert checks == []  # opened less than a minute ago: the connect's check holds
-    monkeypatch.setattr(consumers, "LOGIN_RECHECK_SECONDS", 0.0)
+    settings.AGENTOPS_LIVE_LOGIN_CHECK_SECONDS = 0
     assert len(async_to_sync(scenario)()) >= 3
     assert checks and all(checks)
 
