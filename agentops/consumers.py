@@ -47,6 +47,9 @@ RENDER_RATE = 10.0
 # machine a page renders less often and leaves the cores to the requests, where on a quiet one
 # a render hardly waits and the pace above binds first.
 RENDER_REST = 2.0
+# But never longer than this: a render that waited seconds on the database (its failover, a
+# pool timeout) says nothing of the cores, and the page's next frame should not wait twice that.
+RENDER_REST_MAX = 1.0
 # A socket is allowed when it opens; before a frame, at most every
 # AGENTOPS_LIVE_LOGIN_CHECK_SECONDS, it checks that its login still holds. A logout, an expired
 # session, a changed password, a deactivated user or a withdrawn permission then closes it,
@@ -122,7 +125,7 @@ class Renders:
             finally:
                 ended = time.monotonic()
                 waited = max(0.0, (ended - began) - (time.thread_time() - working))
-                self.rested = ended + RENDER_REST * waited
+                self.rested = ended + min(RENDER_REST * waited, RENDER_REST_MAX)
 
         async def due() -> Render:
             if wait:

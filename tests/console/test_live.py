@@ -729,6 +729,33 @@ def test_after_a_render_that_waited_the_page_rests_before_its_next():
     assert rendered[1] - rendered[0] >= 0.03 * (1 + RENDER_REST) - 0.01
 
 
+def test_a_page_rests_at_most_a_second_after_a_render_that_waited_long(monkeypatch):
+    """A render held up for seconds by the database (a failover, the pool's timeout) rested
+    twice that before the next: after a 10 s outage, every page of the process stayed 20 s
+    behind the events. Here the render waits 0.3 s and the cap is 0.1 s."""
+    monkeypatch.setattr(consumers, "RENDER_REST_MAX", 0.1)
+    began: list[float] = []
+
+    def render(changes: frozenset[str]) -> Frame:
+        began.append(time.monotonic())
+        time.sleep(0.3)  # waits: no CPU of its thread
+        return Frame(1, "frame 1")
+
+    async def scenario() -> tuple[list[str], float, float]:
+        renders = Renders()
+        consumer, sent = bare_consumer(renders, render)
+        consumer.deliver(WAITING)
+        assert consumer.flush_task is not None
+        await consumer.flush_task
+        return sent, renders.rested, time.monotonic()
+
+    sent, rested, after = async_to_sync(scenario)()
+    assert sent == ["frame 1"]
+    # It rests from the render's end (at least 0.3 s after it began) for the cap, not for
+    # RENDER_REST times the wait (0.6 s).
+    assert began[0] + 0.3 < rested <= after + 0.1
+
+
 def test_an_event_that_comes_while_a_render_is_due_is_in_that_render_or_the_next():
     """A run's progress, then its new status while the render of the progress waits for its
     turn: the status is rendered too. It once was not: its event came before that render
