@@ -153,23 +153,30 @@ def test_it_pushes_the_run_fragments_a_fresh_get_renders(
     assert pushed["live-cursor"] == f'<span id="live-cursor" data-event="{last.pk}" hidden></span>'
 
 
-def test_it_pushes_a_new_approval_to_the_inbox(world, as_user, django_capture_on_commit_callbacks):
-    client = as_user("viewer")
-    client.get("/")
+def pushed_approval(
+    world: Any, client: Client, capture: Any, *, opened_for: float = 0.0
+) -> tuple[dict[str, str], Any]:
+    """The inbox push of a new approval, to a socket open `opened_for` seconds before the run
+    was made: the push's fragments, and the approval."""
     made: list[Any] = []
 
     async def scenario() -> str:
         ws = socket("/ws/inbox/", client)
         assert (await ws.connect())[0]
-        await acting(
-            django_capture_on_commit_callbacks, lambda: made.append(world.run("waiting"))
-        )()
+        await asyncio.sleep(opened_for)
+        await acting(capture, lambda: made.append(world.run("waiting")))()
         message = await ws.receive_from(timeout=3)
         await ws.disconnect()
         return message
 
     pushed = fragments(in_sync(scenario))
-    interaction = world.pending(made[0])
+    return pushed, world.pending(made[0])
+
+
+def test_it_pushes_a_new_approval_to_the_inbox(world, as_user, django_capture_on_commit_callbacks):
+    client = as_user("viewer")
+    client.get("/")
+    pushed, interaction = pushed_approval(world, client, django_capture_on_commit_callbacks)
     assert f"/interactions/{interaction.pk}/" in pushed["inbox"]
     assert without_csrf(pushed["inbox"]) in without_csrf(client.get("/").content.decode())
 
@@ -386,21 +393,10 @@ def test_a_page_open_past_the_layers_group_expiry_still_hears_its_group(
     monkeypatch.setattr(layer, "group_expiry", 2)
     client = as_user("viewer")
     client.get("/")
-    made: list[Any] = []
-
-    async def scenario() -> str:
-        ws = socket("/ws/inbox/", client)
-        assert (await ws.connect())[0]
-        await asyncio.sleep(3.5)  # past the expiry: both layers compare whole seconds
-        await acting(
-            django_capture_on_commit_callbacks, lambda: made.append(world.run("waiting"))
-        )()
-        message = await ws.receive_from(timeout=3)
-        await ws.disconnect()
-        return message
-
-    pushed = fragments(in_sync(scenario))
-    interaction = world.pending(made[0])
+    # Opened past the expiry (both layers compare whole seconds) before the approval comes.
+    pushed, interaction = pushed_approval(
+        world, client, django_capture_on_commit_callbacks, opened_for=3.5
+    )
     assert f"/interactions/{interaction.pk}/" in pushed["inbox"]
 
 
