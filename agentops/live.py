@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import uuid
+import weakref
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -67,7 +68,26 @@ def publish(event: Event) -> None:
     future.add_done_callback(_log_failure)
 
 
+# The sends a process has in flight at once, on each loop. A bulk action commits hundreds of
+# events in a moment: a send each, all at once, emptied the Redis layer's connection pool ("Too
+# many connections") and overran the channels' capacity (settings.CHANNEL_LAYERS), and most of
+# those updates were lost. The rest wait their turn, oldest first.
+SENDS_IN_FLIGHT = 8
+_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def _send(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    turn = _in_flight.get(loop)
+    if turn is None:
+        turn = _in_flight[loop] = asyncio.Semaphore(SENDS_IN_FLIGHT)
+    async with turn:
+        await _send_now(layer, groups, message)
+
+
+async def _send_now(layer: BaseChannelLayer, groups: list[str], message: dict[str, Any]) -> None:
     if isinstance(layer, InMemoryChannelLayer):
         # Local queues, no round trip: nothing would be gained by sending side by side.
         for group in groups:

@@ -403,16 +403,25 @@ AGENTOPS_EMBEDDED_CONCURRENCY = env_int("AGENTOPS_EMBEDDED_CONCURRENCY", 4, at_l
 # redis-py 8 gives every read a 5 s timeout by default, which cut that wait short: the consumer
 # died and its page reconnected after every 5 s of quiet. A read here outlasts the pop.
 CHANNEL_LAYER_READ_TIMEOUT = 15.0
+# The messages a process may have waiting, unread, before the layer drops the next ones (for
+# channels_redis, all of a process's sockets share one such queue). The layers' default, 100, is
+# less than one batch of a bulk action's events (200 runs): a process busy for a moment while
+# they came lost the rest. A message is an event's id, run and kind.
+CHANNEL_CAPACITY = 1000
 CHANNEL_LAYERS = {
     "default": (
         {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT}]
+                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_READ_TIMEOUT}],
+                "capacity": CHANNEL_CAPACITY,
             },
         }
         if REDIS_URL
-        else {"BACKEND": "channels.layers.InMemoryChannelLayer"}
+        else {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_CAPACITY},
+        }
     )
 }
 

@@ -7,6 +7,7 @@ import itertools
 import re
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -557,6 +558,48 @@ def test_it_publishes_ids_only_through_a_networked_layer_from_any_thread(world, 
         "kind": "tool_approval_requested",
     }
     assert sent == [(f"run-{run.pk}", message), ("inbox", message)]
+
+
+def burst(count: int, *, busy: float = 0.0) -> list[int]:
+    """A worker's burst: `count` events of as many runs published from another thread, as a
+    bulk action commits them, to this process listening to the inbox, whose loop is busy for
+    `busy` seconds as they come. The event ids the inbox heard."""
+    heard: list[int] = []
+
+    class Inbox(Page):
+        def deliver(self, message: dict[str, Any]) -> None:
+            heard.append(message["event"])
+
+    async def scenario() -> None:
+        inbox = Inbox()
+        await live.listen(live.INBOX_GROUP, inbox)
+        live.attach_loop(asyncio.get_running_loop())
+        events = [Event(id=n, run_id=uuid.uuid4(), kind=EventKind.CANCELLED) for n in range(count)]
+        worker = threading.Thread(target=lambda: [live.publish(event) for event in events])
+        worker.start()
+        time.sleep(busy)  # the loop does nothing else meanwhile
+        while worker.is_alive():
+            await asyncio.sleep(0.01)
+        for _ in range(1000):  # what was sent arrives within 10 s
+            if len(heard) >= count:
+                break
+            await asyncio.sleep(0.01)
+        await live.unlisten(live.INBOX_GROUP, inbox)
+
+    in_sync(scenario)
+    return heard
+
+
+def test_a_burst_of_events_reaches_the_page_whole():
+    """600 events at once: each sent at once, they emptied the Redis layer's connection pool
+    and overran the channels, and the inbox heard 50 of them (the in-memory layer: 100)."""
+    assert sorted(burst(600)) == list(range(600))
+
+
+def test_a_burst_while_the_pages_process_is_busy_reaches_it_whole():
+    """The layers hold what a busy process has not read yet up to their capacity: at 100 (the
+    layers' default), a second's burst was cut there."""
+    assert sorted(burst(300, busy=1.0)) == list(range(300))
 
 
 def test_a_slow_send_to_the_runs_pages_does_not_hold_up_the_inbox(world, monkeypatch):
