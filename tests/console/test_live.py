@@ -564,14 +564,9 @@ def burst(count: int, *, busy: float = 0.0) -> list[int]:
     """A worker's burst: `count` events of as many runs published from another thread, as a
     bulk action commits them, to this process listening to the inbox, whose loop is busy for
     `busy` seconds as they come. The event ids the inbox heard."""
-    heard: list[int] = []
-
-    class Inbox(Page):
-        def deliver(self, message: dict[str, Any]) -> None:
-            heard.append(message["event"])
+    inbox = Page()
 
     async def scenario() -> None:
-        inbox = Inbox()
         await live.listen(live.INBOX_GROUP, inbox)
         live.attach_loop(asyncio.get_running_loop())
         events = [Event(id=n, run_id=uuid.uuid4(), kind=EventKind.CANCELLED) for n in range(count)]
@@ -581,13 +576,13 @@ def burst(count: int, *, busy: float = 0.0) -> list[int]:
         while worker.is_alive():
             await asyncio.sleep(0.01)
         for _ in range(1000):  # what was sent arrives within 10 s
-            if len(heard) >= count:
+            if len(inbox.delivered) >= count:
                 break
             await asyncio.sleep(0.01)
         await live.unlisten(live.INBOX_GROUP, inbox)
 
     in_sync(scenario)
-    return heard
+    return [message["event"] for message in inbox.delivered]
 
 
 def test_a_burst_of_events_reaches_the_page_whole():
