@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import uuid
@@ -55,6 +56,14 @@ RENDER_REST_MAX = 1.0
 # session, a changed password, a deactivated user or a withdrawn permission then closes it,
 # with this code, instead of pushing to it for as long as it stays open.
 LOGIN_GONE = 4403
+# A frame that fails (its render or the login check before it: the database away for a moment)
+# is tried again after this many seconds, doubling up to RETRY_MAX, for as long as the socket
+# stays open. The events it was to show came once: without it, the page would show the state
+# before them until the next event, and after a run's last event, for good.
+RETRY_FIRST = 0.5
+RETRY_MAX = 30.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -281,24 +290,37 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def _flush(self) -> None:
         # One frame at a time, each from a render newer than the last sent, so a push never
         # overtakes a newer one with older state. What arrives meanwhile goes in the next.
+        retry = RETRY_FIRST
+        while self.pending and not self.login_gone:
+            try:
+                await self._send_next()
+            except Exception:
+                log.warning(
+                    "live update of a page failed; trying again in %.1f s", retry, exc_info=True
+                )
+                await asyncio.sleep(retry)
+                retry = min(2 * retry, RETRY_MAX)
+            else:
+                retry = RETRY_FIRST
+
+    async def _send_next(self) -> None:
         assert self.renders is not None
-        while self.pending:
-            changes = frozenset(change for _, change in self.pending)
-            done = await self.renders.after(self.pending[0][0], changes, self._render)
-            # What arrived before the render began and is among the regions it drew is in it;
-            # the rest waits for the next frame.
-            self.pending = [
-                (at, change)
-                for at, change in self.pending
-                if at >= done.began or change not in done.changes
-            ]
-            if done.frame.message:
-                if not await self._login_holds():
-                    self.login_gone, self.pending = True, []
-                    await self.close(code=LOGIN_GONE)
-                    return
-                await self.send(text_data=done.frame.message)
-                self.shown = done.frame.cursor
+        changes = frozenset(change for _, change in self.pending)
+        done = await self.renders.after(self.pending[0][0], changes, self._render)
+        if done.frame.message:
+            if not await self._login_holds():
+                self.login_gone, self.pending = True, []
+                await self.close(code=LOGIN_GONE)
+                return
+            await self.send(text_data=done.frame.message)
+            self.shown = done.frame.cursor
+        # Once it is sent: what arrived before the render began and is among the regions it
+        # drew is in it; the rest waits for the next frame.
+        self.pending = [
+            (at, change)
+            for at, change in self.pending
+            if at >= done.began or change not in done.changes
+        ]
 
     async def _login_holds(self) -> bool:
         if time.monotonic() - self.login_checked < settings.AGENTOPS_LIVE_LOGIN_CHECK_SECONDS:

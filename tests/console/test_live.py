@@ -869,28 +869,99 @@ def test_a_frame_of_progress_draws_a_status_change_its_cursor_covers(world, user
     assert header is not None and "status-cancelled" in header.group(0)
 
 
-def test_a_failed_render_is_not_reused_the_next_event_renders_again():
-    calls: list[int] = []
+def failing(times: int, calls: list[int]) -> Callable[[frozenset[str]], Frame]:
+    """A render that fails its first `times` calls, as with the database away, then draws."""
 
     def render(changes: frozenset[str]) -> Frame:
         calls.append(1)
-        if len(calls) == 1:
+        if len(calls) <= times:
             raise RuntimeError("the database went away")
         return Frame(1, "frame")
 
+    return render
+
+
+def retries_logged(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r.args[0] for r in caplog.records if r.name == consumers.log.name]  # type: ignore[index]
+
+
+def test_a_failed_render_is_tried_again_with_no_new_event_backing_off(monkeypatch, caplog):
+    """The events a failed render was to show came once: after a run's last event, no other
+    comes to make the page render again. The render is tried again, each wait twice the last
+    up to the cap, and a failed render is never the one reused."""
+    monkeypatch.setattr(consumers, "RETRY_FIRST", 0.01)
+    monkeypatch.setattr(consumers, "RETRY_MAX", 0.03)
+    calls: list[int] = []
+
     async def scenario() -> list[str]:
-        consumer, sent = bare_consumer(Renders(), render)
+        consumer, sent = bare_consumer(Renders(), failing(4, calls))
         consumer.deliver(WAITING)
         assert consumer.flush_task is not None
-        with pytest.raises(RuntimeError, match="went away"):
-            await consumer.flush_task
-        consumer.deliver(WAITING)
-        await consumer.flush_task
+        await asyncio.wait_for(consumer.flush_task, 5)
         assert consumer.pending == []
+        assert consumer.shown == 1
         return sent
 
-    assert async_to_sync(scenario)() == ["frame"]
-    assert len(calls) == 2
+    with caplog.at_level("WARNING", logger=consumers.log.name):
+        assert async_to_sync(scenario)() == ["frame"]
+    assert len(calls) == 5
+    assert retries_logged(caplog) == [0.01, 0.02, 0.03, 0.03]
+    assert all("went away" in r.exc_text for r in caplog.records if r.exc_text)
+
+
+def test_a_failed_login_check_is_tried_again_and_the_frame_still_goes(
+    settings, monkeypatch, caplog
+):
+    """The login check before a frame reads the session: the database failing it says nothing
+    of the login, so it neither closes the socket nor drops the frame."""
+    settings.AGENTOPS_LIVE_LOGIN_CHECK_SECONDS = 0
+    monkeypatch.setattr(consumers, "RETRY_FIRST", 0.01)
+    checks: list[int] = []
+
+    def check_login() -> bool:
+        checks.append(1)
+        if len(checks) == 1:
+            raise RuntimeError("the database went away")
+        return True
+
+    async def scenario() -> tuple[list[str], LiveConsumer]:
+        consumer, sent = bare_consumer(Renders(), failing(0, []))
+        consumer._check_login = check_login  # type: ignore[method-assign]
+        consumer.deliver(WAITING)
+        assert consumer.flush_task is not None
+        await asyncio.wait_for(consumer.flush_task, 5)
+        return sent, consumer
+
+    with caplog.at_level("WARNING", logger=consumers.log.name):
+        sent, consumer = async_to_sync(scenario)()
+    assert sent == ["frame"]
+    assert (consumer.login_gone, consumer.pending, len(checks)) == (False, [], 2)
+    assert retries_logged(caplog) == [0.01]
+
+
+def test_a_socket_that_closes_stops_trying_its_failed_render(monkeypatch):
+    monkeypatch.setattr(consumers, "RETRY_FIRST", 0.01)
+    monkeypatch.setattr(consumers, "RETRY_MAX", 0.01)
+    calls: list[int] = []
+
+    async def scenario() -> None:
+        consumer, sent = bare_consumer(Renders(), failing(10**9, calls))
+        consumer.deliver(WAITING)
+
+        async def tried(times: int) -> None:
+            while len(calls) < times:
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(tried(3), 5)
+        await consumer.disconnect(1000)  # as Channels calls it when the socket closes
+        assert consumer.flush_task is not None
+        await asyncio.wait({consumer.flush_task})
+        assert consumer.flush_task.cancelled()
+        attempts = len(calls)
+        await asyncio.sleep(0.1)
+        assert (len(calls), sent) == (attempts, [])
+
+    async_to_sync(scenario)()
 
 
 def test_a_socket_that_closes_while_a_render_is_in_flight_leaves_it_to_the_others():
