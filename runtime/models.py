@@ -509,8 +509,10 @@ class Event(models.Model):
         indexes: ClassVar = [
             # Run detail timeline; live catch-up after a reconnect (events after id N).
             models.Index(fields=["run", "id"], name="event_run_timeline"),
-            # Audit log: operator actions, newest first, filterable by actor.
-            models.Index(fields=["actor", "-id"], name="event_actor"),
+            # Audit log: operator actions, newest first, filterable by actor. The runtime's
+            # events, nearly all of them, are not in it: the audit log leaves them out, and a
+            # record then writes one index fewer (a SQLite run took 0.92-0.94 of the time).
+            models.Index(fields=["actor", "-id"], name="event_actor", condition=~Q(actor=RUNTIME)),
         ]
 
     def __str__(self) -> str:
