@@ -4,8 +4,10 @@ A page opens a socket for what it shows (the inbox, a run, an approval, a reconc
 socket requires a logged-in user allowed to see the console (the origin is checked in
 agentops.asgi). On open, the page sends the last event id it has seen ({"after": N}); the
 consumer answers with the fragments that changed since, which is how a reconnecting page
-catches up from the event log. A push may land while the page's own action is in flight: the
-page then keeps that action's region and catches up when it ends (static/agentops/console.js).
+catches up from the event log; an open socket asks the log the same every CATCH_UP_SECONDS,
+for the events whose messages the channel layer lost. A push may land while the page's own
+action is in flight: the page then keeps that action's region and catches up when it ends
+(static/agentops/console.js).
 
 What an event costs does not grow with the sockets that show it. The sockets of pages that show
 the same HTML whoever looks (the inbox, per filter) share their renders (`Renders`: one at a
@@ -35,6 +37,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 
 from agentops import live
+from agentops.selectors import last_event_id
 from agentops.views.common import VIEW
 from agentops.views.fragments import Frame, LivePage, change_of, live_page, socket_request
 
@@ -62,6 +65,10 @@ LOGIN_GONE = 4403
 # before them until the next event, and after a run's last event, for good.
 RETRY_FIRST = 0.5
 RETRY_MAX = 30.0
+# Every this many seconds a socket asks the event log whether an event it was not told of
+# touched its page: a message the channel layer lost (a publisher's failed send, a process too
+# busy to read 1,000 messages) would otherwise leave the page stale until the next event came.
+CATCH_UP_SECONDS = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +184,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     # The newest event the page's regions reflect, as far as this socket knows: the cursor the
     # page last sent ({"after": N}), or that of the last frame sent since.
     shown = 0
+    # The newest event the socket was told of (as it opened, by a message or by its catch-up).
+    heard = 0
+    catch_up_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         # The events not sent yet, oldest first: when each arrived, and what it changes.
@@ -207,6 +217,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
                 await live.listen(group, self)
             live.attach_loop(asyncio.get_running_loop())
             await self.accept()
+            self.catch_up_task = asyncio.create_task(self._catch_up())
         except BaseException:
             # Channels calls no disconnect for a connect that raised: undone here, or the
             # group would go on handing events to a socket that is gone.
@@ -216,6 +227,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     def _open(self, user: Any) -> LivePage | None:
         if not user.has_perm(VIEW):
             return None
+        self.heard = last_event_id()
         kwargs = self.scope["url_route"]["kwargs"]
         ident = kwargs.get("ident")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -228,8 +240,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def disconnect(self, code: int) -> None:
-        if self.flush_task is not None:
-            self.flush_task.cancel()
+        for task in (self.flush_task, self.catch_up_task):
+            if task is not None:
+                task.cancel()
         if self.page is None or self.renders is None:
             return
         for group in self.page.groups:
@@ -269,7 +282,22 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         """A committed event from agentops.live.publish, through this process's channel of its
         group (agentops.live.listen): pushed now, or with the others that come before the
         page's next render."""
+        event = message.get("event")
+        if isinstance(event, int):
+            self.heard = max(self.heard, event)
         self._want({change_of(str(message.get("kind", "")))})
+
+    async def _catch_up(self) -> None:
+        assert self.page is not None
+        while True:
+            await asyncio.sleep(CATCH_UP_SECONDS)
+            try:
+                newest, changes = await database_sync_to_async(self.page.missed_after)(self.heard)
+            except Exception:
+                log.warning("live catch-up of a page failed", exc_info=True)
+                continue
+            self.heard = max(self.heard, newest)
+            self._want(changes)
 
     async def lost(self) -> None:
         await self.close()

@@ -3,8 +3,9 @@
 `publish` is the runtime's AGENTOPS_PUBLISH hook: it runs after the event's transaction
 commits, in whichever process committed it (a web process or a worker). It sends only ids; the
 websocket consumer renders the fragments from the database, so a pushed fragment equals what a
-fresh page shows. Nothing is lost if a push fails: the event log is the outbox, and a page that
-reconnects catches up from it.
+fresh page shows. Nothing is lost if a push fails: the event log is the outbox, and a page
+catches up from it when its socket reconnects, and every half minute while it stays open
+(agentops.consumers.CATCH_UP_SECONDS).
 
 A web process joins each group once, whatever the number of its sockets in it (`listen`): an
 event is one message to each process, which hands it to its sockets, not one per socket.
@@ -101,7 +102,7 @@ async def _send_now(layer: BaseChannelLayer, groups: list[str], message: dict[st
 def _log_failure(future: Future[None]) -> None:
     exc = future.exception()
     if exc is not None:
-        # Not raised: the browser catches up from the event log when it reconnects.
+        # Not raised: the pages catch up from the event log (agentops.consumers._catch_up).
         log.warning("live update not delivered: %s", exc)
 
 

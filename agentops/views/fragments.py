@@ -71,7 +71,16 @@ class LivePage:
         """What changed since event `after`: the catch-up of a page that (re)connects."""
         if self._status_changed_after(after):
             return frozenset({STATUS, PROGRESS})
+        if self.run_id is None:
+            return frozenset()  # the inbox: progress inside a run changes nothing on it
         return frozenset({PROGRESS}) if self._events_after(after).exists() else frozenset()
+
+    def missed_after(self, heard: int) -> tuple[int, frozenset[str]]:
+        """The catch-up of a page whose socket stays open: the newest event id, read first (an
+        event that commits after it is looked for again the next time), and what changed since
+        `heard`, the newest event the socket was told of."""
+        newest = selectors.last_event_id()
+        return newest, self.changes_after(heard)
 
     def _events_after(self, after: int) -> QuerySet[Event]:
         events = Event.objects.filter(pk__gt=after)

@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import ChannelLock, RedisChannelLayer
 from django.test import Client
+from django.utils.timezone import now
 
 from agentops import consumers, live
 from agentops.asgi import application
@@ -29,7 +30,14 @@ from agentops.consumers import (
     Render,
     Renders,
 )
-from agentops.views.fragments import PROGRESS, STATUS, Frame, live_page, socket_request
+from agentops.views.fragments import (
+    PROGRESS,
+    STATUS,
+    Frame,
+    LivePage,
+    live_page,
+    socket_request,
+)
 from agentops.work import FILTERS
 from runtime import cancel, respond, retry, work
 from runtime.models import Event, EventKind
@@ -1073,3 +1081,123 @@ def test_a_socket_closed_while_its_group_waits_to_receive_leaves_the_next_event_
     assert without_csrf(fragments(pushed[-1])["inbox"]) in without_csrf(
         client.get("/").content.decode()
     )
+
+
+# --- the catch-up of an open socket --------------------------------------------------------------
+# An event committed here without `acting` runs no after-commit hook: its message is never sent,
+# as when the channel layer loses it.
+
+
+def test_an_approval_whose_message_was_lost_reaches_the_inbox_at_its_catch_up(
+    world, as_user, monkeypatch
+):
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.2)
+    client = as_user("viewer")
+    client.get("/")
+    made: list[Any] = []
+
+    async def scenario() -> str:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await database_sync_to_async(lambda: made.append(world.run("waiting")))()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    pushed = fragments(in_sync(scenario))
+    assert f"/interactions/{world.pending(made[0]).pk}/" in pushed["inbox"]
+    assert without_csrf(pushed["inbox"]) in without_csrf(client.get("/").content.decode())
+
+
+def test_progress_whose_message_was_lost_reaches_its_run_page_and_not_the_inbox(
+    world, as_user, monkeypatch
+):
+    """A run's progress (an intent) changes its page; the inbox shows none of it, and its
+    catch-up sends nothing for it, however many times it looks."""
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+
+    def progress() -> None:
+        Event.objects.create(
+            run=run,
+            kind=EventKind.INTENT,
+            actor="runtime",
+            operation_key="lookup:1",
+            created_at=now(),
+        )
+
+    shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    async def scenario() -> tuple[str, bool]:
+        inbox, page = socket("/ws/inbox/", client), socket(f"/ws/runs/{run.pk}/", client)
+        assert (await inbox.connect())[0] and (await page.connect())[0]
+        await page.send_json_to({"after": shown})  # as the page says what it shows
+        assert await page.receive_nothing(timeout=0.3)
+        await database_sync_to_async(progress)()
+        message = await page.receive_from(timeout=3)
+        quiet = await inbox.receive_nothing(timeout=1)  # ten catch-ups
+        await inbox.disconnect()
+        await page.disconnect()
+        return message, quiet
+
+    message, inbox_quiet = in_sync(scenario)
+    pushed = fragments(message)
+    assert "run-timeline" in pushed and "run-header" not in pushed  # progress, not status
+    assert inbox_quiet
+
+
+def test_a_socket_told_of_every_event_sends_no_frame_at_its_catch_up(
+    world, as_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    client = as_user("viewer")
+    client.get("/")
+
+    async def scenario() -> bool:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await acting(django_capture_on_commit_callbacks, lambda: world.run("waiting"))()
+        while not await ws.receive_nothing(timeout=0.5):  # the event's frames
+            await ws.receive_from()
+        quiet = await ws.receive_nothing(timeout=1)  # ten catch-ups
+        await ws.disconnect()
+        return quiet
+
+    assert in_sync(scenario)
+
+
+def test_a_failed_catch_up_is_logged_and_the_next_one_looks_again(
+    world, as_user, monkeypatch, caplog
+):
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    looked: list[int] = []
+    missed_after = LivePage.missed_after
+
+    def failing_once(page: LivePage, heard: int) -> tuple[int, frozenset[str]]:
+        looked.append(heard)
+        if len(looked) == 1:
+            raise RuntimeError("the database went away")
+        return missed_after(page, heard)
+
+    monkeypatch.setattr(LivePage, "missed_after", failing_once)
+    client = as_user("viewer")
+    client.get("/")
+    made: list[Any] = []
+
+    async def scenario() -> str:
+        ws = socket("/ws/inbox/", client)
+        assert (await ws.connect())[0]
+        await database_sync_to_async(lambda: made.append(world.run("waiting")))()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    with caplog.at_level("WARNING", logger=consumers.log.name):
+        pushed = fragments(in_sync(scenario))
+    assert f"/interactions/{world.pending(made[0]).pk}/" in pushed["inbox"]
+    assert len(looked) >= 2
+    assert [r.getMessage() for r in caplog.records if r.name == consumers.log.name] == [
+        "live catch-up of a page failed"
+    ]
