@@ -511,7 +511,7 @@ class Event(models.Model):
             models.Index(fields=["run", "id"], name="event_run_timeline"),
             # Audit log: operator actions, newest first, filterable by actor. The runtime's
             # events, nearly all of them, are not in it: the audit log leaves them out, and a
-            # record then writes one index fewer (a SQLite run took 0.92-0.94 of the time).
+            # record then writes one index fewer (a SQLite run took about 0.95 of the time).
             models.Index(fields=["actor", "-id"], name="event_actor", condition=~Q(actor=RUNTIME)),
         ]
 

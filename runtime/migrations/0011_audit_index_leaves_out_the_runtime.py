@@ -2,7 +2,7 @@
 
 The audit log lists every event not written by the runtime, and an actor's; the runtime writes
 nearly every event, and each of its records wrote an entry into this index that no page reads.
-Partial, a record writes one index fewer: a SQLite run took 0.92-0.94 of the time.
+Partial, a record writes one index fewer: a SQLite run took about 0.95 of the time.
 
 On PostgreSQL the new index is built, and the old one dropped, CONCURRENTLY, so that the
 workers' records go on while it is built over an event table of millions of rows (a plain
