@@ -37,9 +37,9 @@ from django.conf import settings
 from django.contrib.auth import get_user
 
 from agentops import live
-from agentops.selectors import last_event_id
 from agentops.views.common import VIEW
 from agentops.views.fragments import Frame, LivePage, change_of, live_page, socket_request
+from runtime import store
 
 # A page's renders, and so each of its sockets' frames: a burst of this many at once, then this
 # many a second (a token bucket): a few events a second on a quiet page are never held back,
@@ -184,13 +184,17 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     # The newest event the page's regions reflect, as far as this socket knows: the cursor the
     # page last sent ({"after": N}), or that of the last frame sent since.
     shown = 0
-    # The newest event the socket was told of (as it opened, by a message or by its catch-up).
+    # The socket has been told of, or has looked for, every event up to this id (the events
+    # committed through it as it opened, then as of its last catch-up).
     heard = 0
     catch_up_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         # The events not sent yet, oldest first: when each arrived, and what it changes.
         self.pending: list[tuple[float, str]] = []
+        # The events after `heard` that the socket was told of by their messages. Not a
+        # cursor: on PostgreSQL an event can commit after a newer one (store.committed_through).
+        self.told: set[int] = set()
         self.flush_task: asyncio.Task[None] | None = None
         # When the login was last found to hold (time.monotonic): as the socket opens. Once
         # it no longer holds, the socket is closing and takes no more events.
@@ -227,7 +231,7 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     def _open(self, user: Any) -> LivePage | None:
         if not user.has_perm(VIEW):
             return None
-        self.heard = last_event_id()
+        self.heard = store.committed_through()
         kwargs = self.scope["url_route"]["kwargs"]
         ident = kwargs.get("ident")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -283,8 +287,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         group (agentops.live.listen): pushed now, or with the others that come before the
         page's next render."""
         event = message.get("event")
-        if isinstance(event, int):
-            self.heard = max(self.heard, event)
+        if isinstance(event, int) and event > self.heard:
+            self.told.add(event)
         self._want({change_of(str(message.get("kind", "")))})
 
     async def _catch_up(self) -> None:
@@ -292,12 +296,15 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         while True:
             await asyncio.sleep(CATCH_UP_SECONDS)
             try:
-                newest, changes = await database_sync_to_async(self.page.missed_after)(self.heard)
+                missed = await database_sync_to_async(self.page.missed_after)(
+                    self.heard, frozenset(self.told)
+                )
             except Exception:
                 log.warning("live catch-up of a page failed", exc_info=True)
                 continue
-            self.heard = max(self.heard, newest)
-            self._want(changes)
+            self.heard = max(self.heard, missed.through)
+            self.told = {event for event in self.told | missed.events if event > self.heard}
+            self._want(missed.changes)
 
     async def lost(self) -> None:
         await self.close()

@@ -73,11 +73,6 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _HEXISH = re.compile(r"^[0-9a-f-]{6,36}$")
 
 
-def last_event_id() -> int:
-    """The newest event id: a page rendered now has seen everything up to it."""
-    return Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
-
-
 # --- inbox ---------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from django.db.models import F
 
 from agentops.integrations import outbox
 from agentops.integrations.models import MetricSample, OutboxCursor
+from runtime import store
 from runtime.models import Event, EventKind, Interaction, Operation
 
 CURSOR = "metrics"
@@ -95,7 +96,7 @@ def fold(limit: int) -> int:
     with transaction.atomic():
         # From the oldest event: the counters count the whole history.
         cursor = outbox.locked_cursor(CURSOR, start_at_newest=False)
-        ids, position = outbox.settled_events(cursor.position, limit=limit)
+        ids, position = store.settled_events(cursor.position, limit=limit)
         if not ids:
             return 0
         events = list(

@@ -41,7 +41,7 @@ from agentops.integrations.models import (
     NotificationRoute,
     OutboxCursor,
 )
-from runtime import clock
+from runtime import clock, store
 from runtime.models import Event, Interaction, WorkItem
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def dispatch(limit: int) -> int:
     """Make the notifications of the settled events after the cursor; how many were made."""
     with transaction.atomic():
         cursor = outbox.locked_cursor(CURSOR, start_at_newest=True)
-        ids, position = outbox.settled_events(cursor.position, limit=limit)
+        ids, position = store.settled_events(cursor.position, limit=limit)
         if not ids:
             return 0
         made = []

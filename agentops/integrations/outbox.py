@@ -1,13 +1,11 @@
 """The event log as an outbox: read committed events in id order, claim and finish messages.
 
-Reading. Event ids come from an autoincrement, assigned when a row is inserted, while commits
-happen later and in any order: on PostgreSQL an event with a lower id can become visible after
-one with a higher id, and a rolled-back insert leaves a hole for good. A consumer that jumped to
-the highest id it saw could skip an event that commits a moment later. So a cursor moves only
-over ids without a hole before them; at a hole it waits until the event after the hole is older
-than AGENTOPS_OUTBOX_GAP_SECONDS (longer than any write transaction of the runtime holds), after
-which the hole is taken as a rolled-back insert. On SQLite, whose writers are serialized and
-whose AUTOINCREMENT rolls back with its transaction, there are no holes.
+Reading (runtime.store.settled_events). Event ids are drawn as rows are inserted, while
+commits happen later and in any order: on PostgreSQL an event with a lower id can become
+visible after one with a higher id, and a rolled-back insert leaves a hole for good. So a cursor
+moves only over ids without a hole before them; at a hole it waits until the event after the
+hole is older than AGENTOPS_OUTBOX_GAP_SECONDS, after which the hole is taken as a rolled-back
+insert (runtime.store.holes_settled_before).
 
 Sending. A message (webhook delivery, notification) is claimed with a fresh token for
 AGENTOPS_OUTBOX_CLAIM_SECONDS, sent, and finished with a guarded UPDATE on that token. A
@@ -28,22 +26,6 @@ from django.db.models import Q
 from agentops.integrations.models import MessageStatus, OutboundMessage, OutboxCursor
 from runtime import clock
 from runtime.models import Event
-
-
-def settled_events(position: int, *, limit: int) -> tuple[list[int], int]:
-    """The ids after `position` that are safe to consume now, in order, and the new position."""
-    rows = list(
-        Event.objects.filter(pk__gt=position).order_by("pk").values_list("pk", "created_at")[:limit]
-    )
-    hole_settled_before = clock.now() - dt.timedelta(seconds=settings.AGENTOPS_OUTBOX_GAP_SECONDS)
-    taken: list[int] = []
-    expected = position + 1
-    for event_id, created_at in rows:
-        if event_id != expected and created_at > hole_settled_before:
-            break  # an earlier id may still commit: wait for it
-        taken.append(event_id)
-        expected = event_id + 1
-    return taken, (taken[-1] if taken else position)
 
 
 def locked_cursor(name: str, *, start_at_newest: bool) -> OutboxCursor:

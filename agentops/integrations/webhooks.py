@@ -21,7 +21,7 @@ from standardwebhooks import Webhook
 from agentops.integrations import outbound, outbox, secrets
 from agentops.integrations.metrics_fold import count_delivery
 from agentops.integrations.models import MessageStatus, WebhookDelivery, WebhookSubscription
-from runtime import clock
+from runtime import clock, store
 from runtime.models import Event
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def dispatch(limit: int) -> int:
             )
             if subscription is None:
                 continue
-            ids, position = outbox.settled_events(subscription.cursor, limit=limit)
+            ids, position = store.settled_events(subscription.cursor, limit=limit)
             if not ids:
                 continue
             now = clock.now()

@@ -21,7 +21,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST, require_safe
 from django_htmx.middleware import HtmxDetails
 
-from agentops import selectors
+from runtime import store
 from runtime.errors import AgentOpsError, InvalidInput, NotFound
 from runtime.models import Permission
 
@@ -83,7 +83,7 @@ def reauth_fresh(request: HttpRequest) -> bool:
 def live(path: str) -> dict[str, Any]:
     """What a live page needs: its websocket path and the event it has seen (read first, so
     that anything committed while the page renders is replayed when the socket opens)."""
-    return {"live_url": path, "cursor": selectors.last_event_id()}
+    return {"live_url": path, "cursor": store.committed_through()}
 
 
 def reply(

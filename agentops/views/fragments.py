@@ -8,7 +8,7 @@ pushed fragment equals what a fresh GET renders.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -25,6 +25,7 @@ from django.utils.html import format_html
 from agentops import live, selectors, work
 from agentops.views.common import reauth_fresh
 from agentops.views.surgery import surgery_context
+from runtime import store
 from runtime.models import Event, Interaction, Run
 
 INBOX = "agentops/partials/inbox.html"
@@ -75,12 +76,21 @@ class LivePage:
             return frozenset()  # the inbox: progress inside a run changes nothing on it
         return frozenset({PROGRESS}) if self._events_after(after).exists() else frozenset()
 
-    def missed_after(self, heard: int) -> tuple[int, frozenset[str]]:
-        """The catch-up of a page whose socket stays open: the newest event id, read first (an
-        event that commits after it is looked for again the next time), and what changed since
-        `heard`, the newest event the socket was told of."""
-        newest = selectors.last_event_id()
-        return newest, self.changes_after(heard)
+    def missed_after(self, heard: int, told: Collection[int]) -> Missed:
+        """The catch-up of a page whose socket stays open: what changed in the events after
+        `heard` (the socket has been told of or has looked at every event up to it) that the
+        socket was not told of (`told`, by their messages)."""
+        through = store.committed_through()  # read first: what commits later is looked for again
+        events = self._events_after(heard)
+        if self.run_id is None:
+            events = events.exclude(kind__in=live.PROGRESS_KINDS)
+        rows = list(events.order_by("id").values_list("id", "kind")[:MISSED_ROWS])
+        missed = [(event, kind) for event, kind in rows if event not in told]
+        if len(rows) == MISSED_ROWS:  # more than are worth sorting out: the page redraws all
+            changes = frozenset({STATUS, PROGRESS})
+        else:
+            changes = frozenset(change_of(kind) for _, kind in missed)
+        return Missed(through, changes, frozenset(event for event, _ in missed))
 
     def _events_after(self, after: int) -> QuerySet[Event]:
         events = Event.objects.filter(pk__gt=after)
@@ -100,7 +110,7 @@ class LivePage:
         before the cursor was read and not reached the socket yet, and the cursor promises
         that the page reflects it.
         """
-        cursor = selectors.last_event_id()
+        cursor = store.committed_through()
         changes = frozenset(changes)
         if STATUS not in changes and self._status_changed_after(shown):
             changes |= {STATUS}
@@ -109,6 +119,20 @@ class LivePage:
             return Frame(cursor, "")
         head = format_html('<span id="live-cursor" data-event="{}" hidden></span>', cursor)
         return Frame(cursor, "\n".join([head, *parts]))
+
+
+# A catch-up that finds more events than this after the last one redraws the whole page.
+MISSED_ROWS = 200
+
+
+@dataclass(frozen=True)
+class Missed:
+    """What a socket's catch-up found: the events through `through` have all committed, and
+    `events` (with what they change) are those it was not told of."""
+
+    through: int
+    changes: frozenset[str]
+    events: frozenset[int]
 
 
 @dataclass(frozen=True)

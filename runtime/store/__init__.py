@@ -40,11 +40,13 @@ from runtime.store.dialect import connection, dialect_of
 from runtime.store.events import event
 from runtime.store.reads import (
     Counts,
+    committed_through,
     compact_counts,
     counts,
     due_run_ids,
     intents_since_a_person_acted,
     last_word_is_outcome,
+    settled_events,
 )
 from runtime.store.verbs import (
     answer_interaction,
@@ -86,6 +88,7 @@ __all__ = [
     "claim",
     "claim_item",
     "close_interactions",
+    "committed_through",
     "compact_counts",
     "counts",
     "create_run",
@@ -114,6 +117,7 @@ __all__ = [
     "request_interaction",
     "retire_version",
     "settle_operation",
+    "settled_events",
     "start_session",
     "still_running",
     "transition",

@@ -50,6 +50,9 @@ class Dialect(ABC):
     vendor: ClassVar[str]
     # Whether a record is one statement, which may then commit alone (autocommit).
     one_statement: ClassVar[bool]
+    # Whether events commit in the order of their ids (one writer at a time draws and commits
+    # them), so that every id below a committed one has committed (reads.committed_through).
+    ids_commit_in_order: ClassVar[bool]
 
     @abstractmethod
     def cursor(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:

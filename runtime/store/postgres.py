@@ -226,6 +226,7 @@ _CURSORS: weakref.WeakKeyDictionary[Any, psycopg.Cursor[Any]] = weakref.WeakKeyD
 class Postgres(Dialect):
     vendor: ClassVar[str] = "postgresql"
     one_statement: ClassVar[bool] = True
+    ids_commit_in_order: ClassVar[bool] = False
 
     def cursor(self, db: BaseDatabaseWrapper) -> AbstractContextManager[Any]:
         # A server-binding cursor: Django's binds client-side, which cannot prepare statements.

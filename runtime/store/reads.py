@@ -13,7 +13,7 @@ from django.db.models import Sum
 from runtime import clock
 from runtime.models import RUNTIME, Event, EventKind, Run, StatusCount
 from runtime.store import sql
-from runtime.store.dialect import connection
+from runtime.store.dialect import connection, dialect_of
 
 # The sweep's hand-over: the runs that can move now and were not sent within the lease period,
 # or were taken by a worker since (a claim moves updated_at: a retry due at once after a failed
@@ -25,6 +25,71 @@ UPDATE {sql.RUN} SET sent_at = %(now)s
 WHERE {_SENDABLE} AND id IN (
     SELECT id FROM {sql.RUN} WHERE {_SENDABLE} ORDER BY updated_at LIMIT %(limit)s)
 RETURNING id"""
+
+
+# How far below the newest event `committed_through` looks for an id that has not committed.
+CURSOR_WINDOW = 1000
+# Of the newest CURSOR_WINDOW event ids, the lowest with a hole above it that may still fill
+# (or the newest). Each id's next is the one before it, newest first, as the index gives them;
+# only the event above a hole is read from the table.
+COMMITTED_THROUGH = f"""
+WITH newest AS (SELECT id FROM {sql.EVENT} ORDER BY id DESC LIMIT %(window)s),
+above AS (SELECT id, lag(id) OVER (ORDER BY id DESC) AS next_id FROM newest)
+SELECT coalesce(
+    (SELECT min(above.id) FROM above JOIN {sql.EVENT} AS next ON next.id = above.next_id
+     WHERE above.next_id <> above.id + 1 AND next.created_at > %(settled)s),
+    (SELECT max(id) FROM newest),
+    0)"""
+
+
+def holes_settled_before() -> dt.datetime:
+    """A hole in the event ids below an event created before this is a rolled-back insert, not
+    an event still to commit: no write transaction stays open that long
+    (AGENTOPS_OUTBOX_GAP_SECONDS).
+
+    Ids are drawn as events are inserted, and on PostgreSQL transactions commit in any order:
+    an event can commit after a newer one, and a rolled-back insert leaves a hole for good. A
+    reader that jumped to the newest id it saw could miss an event that commits a moment later.
+    On SQLite one writer at a time draws and commits ids, and only deletions leave holes."""
+    return clock.now() - dt.timedelta(seconds=float(settings.AGENTOPS_OUTBOX_GAP_SECONDS))
+
+
+def settled_events(position: int, *, limit: int) -> tuple[list[int], int]:
+    """The ids after `position` that are safe to consume now, in order, and the new position:
+    the outbox's reading. It moves only over ids with no hole before them that may still fill."""
+    rows = list(
+        Event.objects.filter(pk__gt=position).order_by("pk").values_list("pk", "created_at")[:limit]
+    )
+    settled = holes_settled_before()
+    taken: list[int] = []
+    expected = position + 1
+    for event_id, created_at in rows:
+        if event_id != expected and created_at > settled:
+            break  # an earlier id may still commit: wait for it
+        taken.append(event_id)
+        expected = event_id + 1
+    return taken, (taken[-1] if taken else position)
+
+
+def committed_through() -> int:
+    """The event id through which every event has committed: a live page's cursor (it has seen
+    every event up to it, and asks for those after it).
+
+    Not the newest id, where ids may commit out of order (holes_settled_before): a page whose
+    cursor had passed an event still to commit would never ask for it, and if its message
+    reached the page's process before the page's socket listened, the page would miss it for
+    good. So the cursor stops below the lowest hole among the newest CURSOR_WINDOW ids that
+    may still fill; a hole that never will (a rolled-back insert) holds it back until it
+    settles, and a page opened meanwhile asks again for a few events it has: a render, not a
+    lost event."""
+    db = connection()
+    with db.cursor() as cursor:
+        if dialect_of(db).ids_commit_in_order:
+            cursor.execute(f"SELECT coalesce(max(id), 0) FROM {sql.EVENT}")
+        else:
+            settled = db.ops.adapt_datetimefield_value(holes_settled_before())
+            cursor.execute(COMMITTED_THROUGH, {"window": CURSOR_WINDOW, "settled": settled})
+        return int(cursor.fetchone()[0])
 
 
 def due_run_ids(limit: int = 500) -> list[uuid.UUID]:

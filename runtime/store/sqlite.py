@@ -120,6 +120,7 @@ def move_owned(assignments: str) -> str:
 class Sqlite(Dialect):
     vendor: ClassVar[str] = "sqlite"
     one_statement: ClassVar[bool] = False
+    ids_commit_in_order: ClassVar[bool] = True
 
     @contextmanager
     def cursor(self, db: BaseDatabaseWrapper) -> Iterator[Any]:

@@ -17,6 +17,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import ChannelLock, RedisChannelLayer
+from django.db import connection
 from django.test import Client
 from django.utils.timezone import now
 
@@ -35,6 +36,7 @@ from agentops.views.fragments import (
     STATUS,
     Frame,
     LivePage,
+    Missed,
     live_page,
     socket_request,
 )
@@ -1169,11 +1171,11 @@ def test_a_failed_catch_up_is_logged_and_the_next_one_looks_again(
     looked: list[int] = []
     missed_after = LivePage.missed_after
 
-    def failing_once(page: LivePage, heard: int) -> tuple[int, frozenset[str]]:
+    def failing_once(page: LivePage, heard: int, told: frozenset[int]) -> Missed:
         looked.append(heard)
         if len(looked) == 1:
             raise RuntimeError("the database went away")
-        return missed_after(page, heard)
+        return missed_after(page, heard, told)
 
     monkeypatch.setattr(LivePage, "missed_after", failing_once)
     client = as_user("viewer")
@@ -1185,3 +1187,87 @@ def test_a_failed_catch_up_is_logged_and_the_next_one_looks_again(
     assert [r.getMessage() for r in caplog.records if r.name == consumers.log.name] == [
         "live catch-up of a page failed"
     ]
+
+
+# --- events that commit out of id order ------------------------------------------------------
+# On PostgreSQL an event can commit after a newer one: its transaction drew its id first
+# (store.committed_through; on SQLite ids commit in order). Here the newer id is written first
+# and the one below it after, as the slower transaction commits; the late event's message is
+# lost, as it is when it reaches the process before the page's socket listens, or when the
+# layer drops it.
+
+
+def late_status_event(run: Any, pk: int) -> None:
+    """A status change of `run` (its cancellation) whose event commits with id `pk`, below a
+    newer one already committed; its message is never sent."""
+    cancel(run.pk, actor="bob", reason="not needed")
+    drawn = Event.objects.get(run=run, kind=EventKind.CANCELLED).pk
+    if drawn != pk:  # the sequence drew `pk` itself, unless an insert rolled back before
+        with connection.cursor() as cursor:  # (events are append-only: only this test moves one)
+            cursor.execute(f"UPDATE {Event._meta.db_table} SET id = %s WHERE id = %s", [pk, drawn])
+    assert Event.objects.get(pk=pk).kind == EventKind.CANCELLED
+
+
+@pytest.mark.postgres
+def test_an_event_that_commits_below_a_newer_one_reaches_a_page_rendered_in_between(world, as_user):
+    run, other = world.run("waiting"), world.run("waiting")
+    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+    Event.objects.create(
+        pk=newest + 2, run=other, kind=EventKind.RETRIED, actor="bob", created_at=now()
+    )
+    client = as_user("viewer")
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    cursor = int(re.search(r'data-event="(\d+)"', page).group(1))
+    assert cursor == newest  # not newest + 2: the event with id newest + 1 may still commit
+    late_status_event(run, newest + 1)
+
+    async def scenario() -> str:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": cursor})
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    assert 'status-cancelled">cancelled' in fragments(in_sync(scenario))["run-header"]
+
+
+@pytest.mark.postgres
+def test_an_event_that_commits_below_one_its_socket_was_told_of_comes_at_its_catch_up(
+    world, as_user, monkeypatch
+):
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    def newer_progress() -> None:
+        live.publish(
+            Event.objects.create(
+                pk=newest + 2,
+                run=run,
+                kind=EventKind.INTENT,
+                actor="runtime",
+                operation_key="lookup:9",
+                created_at=now(),
+            )
+        )
+
+    async def scenario() -> tuple[str, bool, str]:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": newest})
+        assert await ws.receive_nothing(timeout=0.3)  # as the page says what it shows
+        await database_sync_to_async(newer_progress)()
+        told = await ws.receive_from(timeout=3)
+        quiet = await ws.receive_nothing(timeout=0.5)  # five catch-ups: nothing it was not told
+        await database_sync_to_async(late_status_event)(run, newest + 1)
+        caught_up = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return told, quiet, caught_up
+
+    told, quiet, caught_up = in_sync(scenario)
+    assert "run-timeline" in fragments(told) and "run-header" not in fragments(told)
+    assert quiet
+    assert 'status-cancelled">cancelled' in fragments(caught_up)["run-header"]
