@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.stack import AGENT_MODULES, BROKER_URL, LAYER_URL, Stack, wait_for
+from tests.browser.stack import AGENT_MODULES, BROKER_URL, LAYER_URL, STARTED, Stack, wait_for
 from tests.support.redis_db import flush_redis
 
 STRICT = os.environ.get("AGENTOPS_STRICT") == "1"
@@ -299,3 +299,19 @@ def _flush_outlasts_a_deadlock() -> Iterator[None]:
     flush.Command.handle = retried  # type: ignore[method-assign]
     yield
     flush.Command.handle = handle  # type: ignore[method-assign]
+
+
+# The lines of each server's and worker's log a failed test's report shows: CI keeps the output
+# of a failed run, not the test's folder.
+LOG_LINES_ON_FAILURE = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        for stack in STARTED:
+            for process in stack.processes:
+                tail = process.text().splitlines()[-LOG_LINES_ON_FAILURE:]
+                report.sections.append((f"{process.log.name}, its last lines", "\n".join(tail)))
+    return report
