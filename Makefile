@@ -6,7 +6,7 @@ PORT ?= 8000
 # PostgreSQL for the second pass of the suite (trust auth on the local server by default).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/agentops
 # The Redis channel layer for that pass, as production uses it (a database of its own: the
-# reliability suite's broker uses 1, the browser suite's 3 and 4).
+# reliability suite's broker uses 1, the browser suite's 3 and 4, `serve`'s 6, the SQLite pass 8-11).
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/5
 # STRICT=1 (CI): PostgreSQL must be reachable; nothing that needs it is skipped.
 STRICT ?= 0
@@ -36,19 +36,10 @@ run: install
 	@$(BIN)/python manage.py seed_demo
 	@$(BIN)/python manage.py serve --demo-login $(PORT)
 
+# The two passes run side by side (scripts/suite.sh says how they keep apart).
 test: lint
 	@STRICT=$(STRICT) bash scripts/install_browser.sh
-	@echo "== test suite on SQLite =="
-	$(BIN)/pytest -m "not soak" $(PYTEST_ARGS)
-	@if $(BIN)/python scripts/pg_reachable.py "$(TEST_DATABASE_URL)"; then \
-		echo "== test suite on PostgreSQL, live updates on the Redis channel layer =="; \
-		DATABASE_URL="$(TEST_DATABASE_URL)" REDIS_URL="$(TEST_REDIS_URL)" AGENTOPS_STRICT=$(STRICT) \
-			$(BIN)/pytest -m "not soak" $(PYTEST_ARGS); \
-	elif [ "$(STRICT)" = "1" ]; then \
-		echo "PostgreSQL at $(TEST_DATABASE_URL) is not reachable, and STRICT=1 requires it"; exit 1; \
-	else \
-		echo "== PostgreSQL not reachable: skipped the PostgreSQL pass (STRICT=1 makes this an error) =="; \
-	fi
+	@bash scripts/suite.sh $(BIN)/pytest "$(TEST_DATABASE_URL)" "$(TEST_REDIS_URL)" $(STRICT) $(PYTEST_ARGS)
 
 # The long versions of the reliability suite (docs/reliability.md): the chaos soak (SOAK_RUNS runs
 # under faults) on a PostgreSQL server and a Redis it starts itself and crashes, then, on the

@@ -55,10 +55,15 @@ document.addEventListener("securitypolicyviolation", (event) => {
 
 
 class Shots:
-    """Screenshots of a test's steps, numbered in order, in var/screenshots/browser/<test>/."""
+    """Screenshots of a test's steps, numbered in order, in var/screenshots/browser/<database>/
+    <test>/: each pass of the suite its own folder, so that passes side by side (`make test`)
+    do not clear each other's."""
 
     def __init__(self, test_name: str) -> None:
-        self.folder = SCREENSHOTS / re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)
+        from django.db import connection
+
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", test_name)
+        self.folder = SCREENSHOTS / connection.vendor / name
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.count = 0
