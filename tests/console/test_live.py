@@ -31,6 +31,7 @@ from agentops.consumers import (
     Render,
     Renders,
 )
+from agentops.views import fragments as fragments_module
 from agentops.views.fragments import (
     PROGRESS,
     STATUS,
@@ -1271,3 +1272,44 @@ def test_an_event_that_commits_below_one_its_socket_was_told_of_comes_at_its_cat
     assert "run-timeline" in fragments(told) and "run-header" not in fragments(told)
     assert quiet
     assert 'status-cancelled">cancelled' in fragments(caught_up)["run-header"]
+
+
+def test_a_catch_up_that_finds_more_events_than_it_sorts_out_redraws_the_page(
+    world, as_user, monkeypatch
+):
+    """Past MISSED_ROWS events since its last look, the catch-up does not sort out which it was
+    told of: the page redraws, and the events past the rows it read are not passed over. All
+    three events come within one catch-up period (the first catch-up two seconds after the open)."""
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 2.0)
+    monkeypatch.setattr(fragments_module, "MISSED_ROWS", 2)
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    def progress(told: bool) -> None:
+        event = Event.objects.create(
+            run=run, kind=EventKind.INTENT, actor="runtime", operation_key="a:1", created_at=now()
+        )
+        if told:
+            live.publish(event)
+
+    async def scenario() -> tuple[int, str]:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": newest})
+        assert await ws.receive_nothing(timeout=0.3)
+        frames = 0
+        for told in (True, True):
+            await database_sync_to_async(progress)(told)
+            await ws.receive_from(timeout=3)
+            frames += 1
+        await database_sync_to_async(progress)(False)  # its message lost
+        assert await ws.receive_nothing(timeout=0.1)
+        caught_up = await ws.receive_from(timeout=5)
+        await ws.disconnect()
+        return frames, caught_up
+
+    frames, caught_up = in_sync(scenario)
+    assert frames == 2
+    assert "run-timeline" in fragments(caught_up)
