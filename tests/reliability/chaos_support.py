@@ -706,12 +706,17 @@ class Soak:
 
         # One of each kind first (in a seeded order), then kills and pauses twice as often.
         weighted = ["kill", "kill", "pause", "pause", "db_drop", "redis_restart"]
-        kind = self.opening.pop(0) if self.opening else self.rng.choice(weighted)
+        planned = self.opening[0] if self.opening else self.rng.choice(weighted)
+        kind = planned
         if kind.startswith("redis") and self.redis.popen is None:
             kind = "db_drop"  # it is down already
         candidates = self._live_workers()
         if kind in ("kill", "pause") and len(candidates) < 2:
             kind = "db_drop"  # keep one worker running at least
+        if self.opening and kind == planned:
+            # An opening kind that cannot be made now (a Redis restart during the outage) is
+            # tried again at the next fault, so that each kind is survived every time.
+            self.opening.pop(0)
         victim = self._victim(candidates) if kind in ("kill", "pause") else None
         if kind == "kill":
             assert victim is not None
