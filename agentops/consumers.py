@@ -287,7 +287,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         group (agentops.live.listen): pushed now, or with the others that come before the
         page's next render."""
         event = message.get("event")
-        if isinstance(event, int) and event > self.heard:
+        if isinstance(event, int):
+            # An event at or below `heard`, or told of before, has been drawn already (or is
+            # drawn by the page's {"after": N}): its message, late or sent again, draws nothing.
+            if event <= self.heard or event in self.told:
+                return
             self.told.add(event)
         self._want({change_of(str(message.get("kind", "")))})
 
@@ -302,9 +306,12 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             except Exception:
                 log.warning("live catch-up of a page failed", exc_info=True)
                 continue
+            # Back on the socket's loop, where messages are delivered: one told of while the
+            # catch-up looked has drawn its event, and is not drawn twice.
+            changes = missed.changes(self.told)
             self.heard = max(self.heard, missed.through)
-            self.told = {event for event in self.told | missed.events if event > self.heard}
-            self._want(missed.changes)
+            self.told = {event for event in self.told | missed.events.keys() if event > self.heard}
+            self._want(changes)
 
     async def lost(self) -> None:
         await self.close()

@@ -8,7 +8,7 @@ pushed fragment equals what a fresh GET renders.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -77,20 +77,19 @@ class LivePage:
         return frozenset({PROGRESS}) if self._events_after(after).exists() else frozenset()
 
     def missed_after(self, heard: int, told: Collection[int]) -> Missed:
-        """The catch-up of a page whose socket stays open: what changed in the events after
-        `heard` (the socket has been told of or has looked at every event up to it) that the
-        socket was not told of (`told`, by their messages)."""
+        """The catch-up of a page whose socket stays open: the events after `heard` (the
+        socket has been told of or has looked at every event up to it) that the socket was not
+        told of (`told`, by their messages), and what each changes."""
         through = store.committed_through()  # read first: what commits later is looked for again
         events = self._events_after(heard)
         if self.run_id is None:
             events = events.exclude(kind__in=live.PROGRESS_KINDS)
         rows = list(events.order_by("id").values_list("id", "kind")[:MISSED_ROWS])
-        missed = [(event, kind) for event, kind in rows if event not in told]
-        if len(rows) == MISSED_ROWS:  # more than are worth sorting out: the page redraws all
-            changes = frozenset({STATUS, PROGRESS})
-        else:
-            changes = frozenset(change_of(kind) for _, kind in missed)
-        return Missed(through, changes, frozenset(event for event, _ in missed))
+        return Missed(
+            through,
+            {event: change_of(kind) for event, kind in rows if event not in told},
+            redraw=len(rows) == MISSED_ROWS,
+        )
 
     def _events_after(self, after: int) -> QuerySet[Event]:
         events = Event.objects.filter(pk__gt=after)
@@ -128,11 +127,19 @@ MISSED_ROWS = 200
 @dataclass(frozen=True)
 class Missed:
     """What a socket's catch-up found: the events through `through` have all committed, and
-    `events` (with what they change) are those it was not told of."""
+    `events` (each with what it changes) are those it was not told of. Past MISSED_ROWS events
+    they are not worth sorting out: `redraw`, and the page draws every region."""
 
     through: int
-    changes: frozenset[str]
-    events: frozenset[int]
+    events: Mapping[int, str]
+    redraw: bool = False
+
+    def changes(self, told: Collection[int]) -> frozenset[str]:
+        """What the page redraws for these events, but for those in `told`: told of while the
+        catch-up looked, their messages have drawn them."""
+        if self.redraw:
+            return frozenset({STATUS, PROGRESS})
+        return frozenset(change for event, change in self.events.items() if event not in told)
 
 
 @dataclass(frozen=True)

@@ -1145,6 +1145,84 @@ def test_progress_whose_message_was_lost_reaches_its_run_page_and_not_the_inbox(
     assert inbox_quiet
 
 
+def test_a_message_that_comes_after_the_catch_up_drew_its_event_draws_nothing_more(
+    world, as_user, monkeypatch
+):
+    """The catch-up can find an event before its message arrives (the channel layer is slow):
+    the late message sends no second frame."""
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+    shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    def progress() -> Event:
+        return Event.objects.create(
+            run=run, kind=EventKind.INTENT, actor="runtime", operation_key="a:1", created_at=now()
+        )
+
+    async def scenario() -> tuple[str, bool]:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": shown})
+        assert await ws.receive_nothing(timeout=0.3)
+        event = await database_sync_to_async(progress)()
+        caught_up = await ws.receive_from(timeout=3)
+        await database_sync_to_async(live.publish)(event)  # its message, late
+        quiet = await ws.receive_nothing(timeout=0.5)
+        await ws.disconnect()
+        return caught_up, quiet
+
+    caught_up, quiet = in_sync(scenario)
+    assert "run-timeline" in fragments(caught_up)
+    assert quiet
+
+
+def test_a_message_that_comes_while_the_catch_up_looks_draws_its_event_once(
+    world, as_user, monkeypatch
+):
+    """A catch-up reads the ids its socket was told of as it begins; a message that arrives
+    while it looks has drawn its event by the time it ends. Here every catch-up looks as if it
+    began before the message came: the event is drawn once, by its message."""
+    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.5)
+    missed_after = LivePage.missed_after
+
+    def begun_before_the_message(page: LivePage, heard: int, told: frozenset[int]) -> Missed:
+        return missed_after(page, heard, frozenset())
+
+    monkeypatch.setattr(LivePage, "missed_after", begun_before_the_message)
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+    shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    def progress() -> None:
+        live.publish(
+            Event.objects.create(
+                run=run,
+                kind=EventKind.INTENT,
+                actor="runtime",
+                operation_key="a:1",
+                created_at=now(),
+            )
+        )
+
+    async def scenario() -> tuple[str, bool]:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": shown})
+        assert await ws.receive_nothing(timeout=0.3)
+        await database_sync_to_async(progress)()
+        drawn = await ws.receive_from(timeout=3)
+        quiet = await ws.receive_nothing(timeout=1.2)  # two catch-ups that find the event
+        await ws.disconnect()
+        return drawn, quiet
+
+    drawn, quiet = in_sync(scenario)
+    assert "run-timeline" in fragments(drawn)
+    assert quiet
+
+
 def test_a_socket_told_of_every_event_sends_no_frame_at_its_catch_up(
     world, as_user, monkeypatch, django_capture_on_commit_callbacks
 ):
