@@ -16,9 +16,11 @@ pytest=$1 database_url=$2 redis_url=$3 strict=$4
 shift 4
 
 # The SQLite pass's Redis databases: the reliability suite's broker, the browser suite's broker
-# and channel layer, and `serve`'s (the PostgreSQL pass uses 1, 3, 4 and 6).
+# and channel layer, and `serve`'s (the PostgreSQL pass uses 1, 3, 4 and 6). Each pass's servers
+# listen on ports of its own range (tests/support/processes.py, free_port).
 sqlite_pass=(
 	env
+	AGENTOPS_TEST_PORTS=20000-25999
 	AGENTOPS_TEST_BROKER_URL=redis://127.0.0.1:6379/8
 	AGENTOPS_BROWSER_BROKER_URL=redis://127.0.0.1:6379/9
 	AGENTOPS_BROWSER_REDIS_URL=redis://127.0.0.1:6379/10
@@ -28,6 +30,7 @@ sqlite_pass=(
 
 postgres_pass=(
 	env DATABASE_URL="$database_url" REDIS_URL="$redis_url" AGENTOPS_STRICT="$strict"
+	AGENTOPS_TEST_PORTS=26000-31999
 	"$pytest" -m "not soak" --durations=20
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,10 +52,33 @@ def wait_until(
         time.sleep(interval)
 
 
+# The ports this process's tests may listen on, "first-last" (scripts/suite.sh gives each of its
+# two passes its own range, below the kernel's range for outgoing connections). A port probed free
+# is bound by its server a moment later: in a range of its own, no other pass, and no client's
+# outgoing connection, is handed it meanwhile. Unset: any port the kernel picks.
+PORTS = "AGENTOPS_TEST_PORTS"
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on, not handed out before by this process."""
+    span = os.environ.get(PORTS, "")
+    if not span:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    first, last = (int(end) for end in span.split("-"))
+    for port in random.sample(range(first, last + 1), last + 1 - first):
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {PORTS}={span}")
 
 
 def children(pid: int) -> list[int]:
