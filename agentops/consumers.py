@@ -192,8 +192,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         # The events not sent yet, oldest first: when each arrived, and what it changes.
         self.pending: list[tuple[float, str]] = []
-        # The events after `heard` that the socket was told of by their messages. Not a
-        # cursor: on PostgreSQL an event can commit after a newer one (store.committed_through).
+        # The events drawn since the last catch-up looked: those the socket was told of by their
+        # messages, and those that catch-up found. Not a cursor: on PostgreSQL an event can
+        # commit after a newer one (store.committed_through).
         self.told: set[int] = set()
         self.flush_task: asyncio.Task[None] | None = None
         # When the login was last found to hold (time.monotonic): as the socket opens. Once
@@ -288,11 +289,10 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         page's next render."""
         event = message.get("event")
         if isinstance(event, int):
-            # An event at or below `heard`, or told of before, has been drawn already (or is
-            # drawn by the page's {"after": N}): its message, late or sent again, draws nothing.
-            if event <= self.heard or event in self.told:
+            if event in self.told:  # drawn already: its message sent again, or late
                 return
-            self.told.add(event)
+            if event > self.heard:
+                self.told.add(event)
         self._want({change_of(str(message.get("kind", "")))})
 
     async def _catch_up(self) -> None:
@@ -309,8 +309,11 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             # Back on the socket's loop, where messages are delivered: one told of while the
             # catch-up looked has drawn its event, and is not drawn twice.
             changes = missed.changes(self.told)
-            self.heard = max(self.heard, missed.through)
-            self.told = {event for event in self.told | missed.events.keys() if event > self.heard}
+            looked_after, self.heard = self.heard, max(self.heard, missed.through)
+            # The events this catch-up found are kept until the next, so that a message that
+            # comes after it draws nothing more.
+            found = self.told | missed.events.keys()
+            self.told = {event for event in found if event > looked_after}
             self._want(changes)
 
     async def lost(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import re
 import threading
@@ -1350,6 +1351,46 @@ def test_an_event_that_commits_below_one_its_socket_was_told_of_comes_at_its_cat
     assert "run-timeline" in fragments(told) and "run-header" not in fragments(told)
     assert quiet
     assert 'status-cancelled">cancelled' in fragments(caught_up)["run-header"]
+
+
+@pytest.mark.postgres
+def test_an_event_that_commits_after_its_hole_was_taken_for_a_rollback_is_drawn_by_its_message(
+    world, as_user, settings
+):
+    """Past AGENTOPS_OUTBOX_GAP_SECONDS a hole is taken for a rollback and the cursor passes it;
+    an event that commits there after all (its transaction held that long) is drawn when its
+    message comes, though the socket's cursor has passed it."""
+    settings.AGENTOPS_OUTBOX_GAP_SECONDS = 0.5
+    run = world.run("waiting")
+    client = as_user("viewer")
+    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+    Event.objects.create(
+        pk=newest + 2,
+        run=run,
+        kind=EventKind.INTENT,
+        actor="runtime",
+        operation_key="lookup:9",
+        created_at=now() - dt.timedelta(seconds=5),
+    )
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    cursor = int(re.search(r'data-event="(\d+)"', page).group(1))
+    assert cursor == newest + 2  # the hole at newest + 1 taken for a rollback
+
+    def late_status_told() -> None:
+        late_status_event(run, newest + 1)
+        live.publish(Event.objects.get(pk=newest + 1))
+
+    async def scenario() -> str:
+        ws = socket(f"/ws/runs/{run.pk}/", client)
+        assert (await ws.connect())[0]
+        await ws.send_json_to({"after": cursor})
+        assert await ws.receive_nothing(timeout=0.3)
+        await database_sync_to_async(late_status_told)()
+        message = await ws.receive_from(timeout=3)
+        await ws.disconnect()
+        return message
+
+    assert 'status-cancelled">cancelled' in fragments(in_sync(scenario))["run-header"]
 
 
 def test_a_catch_up_that_finds_more_events_than_it_sorts_out_redraws_the_page(
