@@ -118,6 +118,32 @@ def in_sync(scenario: Callable[[], Awaitable[Any]]) -> Any:
     return async_to_sync(scenario)()
 
 
+def progress_of(run: Any, *, pk: int | None = None, told: bool = True) -> Event:
+    """A step of `run` (an intent) committed now, and its message sent unless `told` is False
+    (the channel layer lost it)."""
+    event = Event.objects.create(
+        pk=pk,
+        run=run,
+        kind=EventKind.INTENT,
+        actor="runtime",
+        operation_key="a:1",
+        created_at=now(),
+    )
+    if told:
+        live.publish(event)
+    return event
+
+
+async def run_page_socket(client: Client, run: Any, shown: int) -> WebsocketCommunicator:
+    """A run page's socket, open, once the page has said what it shows (`shown`, its cursor)
+    and been sent nothing for it."""
+    ws = socket(f"/ws/runs/{run.pk}/", client)
+    assert (await ws.connect())[0]
+    await ws.send_json_to({"after": shown})
+    assert await ws.receive_nothing(timeout=0.3)
+    return ws
+
+
 def acting(capture: Any, action: Callable[[], Any]) -> Callable[[], Any]:
     """`action` with its after-commit hooks run, as a real commit would run them."""
 
@@ -1117,23 +1143,13 @@ def test_progress_whose_message_was_lost_reaches_its_run_page_and_not_the_inbox(
     client = as_user("viewer")
     client.get(f"/runs/{run.pk}/")
 
-    def progress() -> None:
-        Event.objects.create(
-            run=run,
-            kind=EventKind.INTENT,
-            actor="runtime",
-            operation_key="lookup:1",
-            created_at=now(),
-        )
-
     shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
 
     async def scenario() -> tuple[str, bool]:
-        inbox, page = socket("/ws/inbox/", client), socket(f"/ws/runs/{run.pk}/", client)
-        assert (await inbox.connect())[0] and (await page.connect())[0]
-        await page.send_json_to({"after": shown})  # as the page says what it shows
-        assert await page.receive_nothing(timeout=0.3)
-        await database_sync_to_async(progress)()
+        inbox = socket("/ws/inbox/", client)
+        assert (await inbox.connect())[0]
+        page = await run_page_socket(client, run, shown)
+        await database_sync_to_async(progress_of)(run, told=False)
         message = await page.receive_from(timeout=3)
         quiet = await inbox.receive_nothing(timeout=1)  # ten catch-ups
         await inbox.disconnect()
@@ -1157,17 +1173,9 @@ def test_a_message_that_comes_after_the_catch_up_drew_its_event_draws_nothing_mo
     client.get(f"/runs/{run.pk}/")
     shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
 
-    def progress() -> Event:
-        return Event.objects.create(
-            run=run, kind=EventKind.INTENT, actor="runtime", operation_key="a:1", created_at=now()
-        )
-
     async def scenario() -> tuple[str, bool]:
-        ws = socket(f"/ws/runs/{run.pk}/", client)
-        assert (await ws.connect())[0]
-        await ws.send_json_to({"after": shown})
-        assert await ws.receive_nothing(timeout=0.3)
-        event = await database_sync_to_async(progress)()
+        ws = await run_page_socket(client, run, shown)
+        event = await database_sync_to_async(progress_of)(run, told=False)
         caught_up = await ws.receive_from(timeout=3)
         await database_sync_to_async(live.publish)(event)  # its message, late
         quiet = await ws.receive_nothing(timeout=0.5)
@@ -1197,23 +1205,9 @@ def test_a_message_that_comes_while_the_catch_up_looks_draws_its_event_once(
     client.get(f"/runs/{run.pk}/")
     shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
 
-    def progress() -> None:
-        live.publish(
-            Event.objects.create(
-                run=run,
-                kind=EventKind.INTENT,
-                actor="runtime",
-                operation_key="a:1",
-                created_at=now(),
-            )
-        )
-
     async def scenario() -> tuple[str, bool]:
-        ws = socket(f"/ws/runs/{run.pk}/", client)
-        assert (await ws.connect())[0]
-        await ws.send_json_to({"after": shown})
-        assert await ws.receive_nothing(timeout=0.3)
-        await database_sync_to_async(progress)()
+        ws = await run_page_socket(client, run, shown)
+        await database_sync_to_async(progress_of)(run)
         drawn = await ws.receive_from(timeout=3)
         quiet = await ws.receive_nothing(timeout=1.2)  # two catch-ups that find the event
         await ws.disconnect()
@@ -1322,24 +1316,9 @@ def test_an_event_that_commits_below_one_its_socket_was_told_of_comes_at_its_cat
     client.get(f"/runs/{run.pk}/")
     newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
 
-    def newer_progress() -> None:
-        live.publish(
-            Event.objects.create(
-                pk=newest + 2,
-                run=run,
-                kind=EventKind.INTENT,
-                actor="runtime",
-                operation_key="lookup:9",
-                created_at=now(),
-            )
-        )
-
     async def scenario() -> tuple[str, bool, str]:
-        ws = socket(f"/ws/runs/{run.pk}/", client)
-        assert (await ws.connect())[0]
-        await ws.send_json_to({"after": newest})
-        assert await ws.receive_nothing(timeout=0.3)  # as the page says what it shows
-        await database_sync_to_async(newer_progress)()
+        ws = await run_page_socket(client, run, newest)
+        await database_sync_to_async(progress_of)(run, pk=newest + 2)
         told = await ws.receive_from(timeout=3)
         quiet = await ws.receive_nothing(timeout=0.5)  # five catch-ups: nothing it was not told
         await database_sync_to_async(late_status_event)(run, newest + 1)
@@ -1381,10 +1360,7 @@ def test_an_event_that_commits_after_its_hole_was_taken_for_a_rollback_is_drawn_
         live.publish(Event.objects.get(pk=newest + 1))
 
     async def scenario() -> str:
-        ws = socket(f"/ws/runs/{run.pk}/", client)
-        assert (await ws.connect())[0]
-        await ws.send_json_to({"after": cursor})
-        assert await ws.receive_nothing(timeout=0.3)
+        ws = await run_page_socket(client, run, cursor)
         await database_sync_to_async(late_status_told)()
         message = await ws.receive_from(timeout=3)
         await ws.disconnect()
@@ -1406,24 +1382,14 @@ def test_a_catch_up_that_finds_more_events_than_it_sorts_out_redraws_the_page(
     client.get(f"/runs/{run.pk}/")
     newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
 
-    def progress(told: bool) -> None:
-        event = Event.objects.create(
-            run=run, kind=EventKind.INTENT, actor="runtime", operation_key="a:1", created_at=now()
-        )
-        if told:
-            live.publish(event)
-
     async def scenario() -> tuple[int, str]:
-        ws = socket(f"/ws/runs/{run.pk}/", client)
-        assert (await ws.connect())[0]
-        await ws.send_json_to({"after": newest})
-        assert await ws.receive_nothing(timeout=0.3)
+        ws = await run_page_socket(client, run, newest)
         frames = 0
-        for told in (True, True):
-            await database_sync_to_async(progress)(told)
+        for _ in range(2):
+            await database_sync_to_async(progress_of)(run)
             await ws.receive_from(timeout=3)
             frames += 1
-        await database_sync_to_async(progress)(False)  # its message lost
+        await database_sync_to_async(progress_of)(run, told=False)
         assert await ws.receive_nothing(timeout=0.1)
         caught_up = await ws.receive_from(timeout=5)
         await ws.disconnect()
