@@ -1162,12 +1162,25 @@ def test_progress_whose_message_was_lost_reaches_its_run_page_and_not_the_inbox(
     assert inbox_quiet
 
 
-def test_a_message_that_comes_after_the_catch_up_drew_its_event_draws_nothing_more(
-    world, as_user, monkeypatch
+@pytest.mark.parametrize("message", ["while the catch-up looks", "after the catch-up drew it"])
+def test_an_event_that_its_message_and_a_catch_up_both_find_is_drawn_once(
+    world, as_user, monkeypatch, message
 ):
-    """The catch-up can find an event before its message arrives (the channel layer is slow):
-    the late message sends no second frame."""
-    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    """A catch-up reads the ids its socket was told of as it begins: a message that arrives
+    while it looks has drawn its event by the time it ends (here every catch-up looks as if it
+    began before the message came). And a catch-up can find an event before its message
+    arrives (the channel layer is slow): the late message draws nothing more."""
+    late = message == "after the catch-up drew it"
+    if late:
+        monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
+    else:
+        monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.5)
+        missed_after = LivePage.missed_after
+
+        def begun_before_the_message(page: LivePage, heard: int, told: frozenset[int]) -> Missed:
+            return missed_after(page, heard, frozenset())
+
+        monkeypatch.setattr(LivePage, "missed_after", begun_before_the_message)
     run = world.run("waiting")
     client = as_user("viewer")
     client.get(f"/runs/{run.pk}/")
@@ -1175,41 +1188,11 @@ def test_a_message_that_comes_after_the_catch_up_drew_its_event_draws_nothing_mo
 
     async def scenario() -> tuple[str, bool]:
         ws = await run_page_socket(client, run, shown)
-        event = await database_sync_to_async(progress_of)(run, told=False)
-        caught_up = await ws.receive_from(timeout=3)
-        await database_sync_to_async(live.publish)(event)  # its message, late
-        quiet = await ws.receive_nothing(timeout=0.5)
-        await ws.disconnect()
-        return caught_up, quiet
-
-    caught_up, quiet = in_sync(scenario)
-    assert "run-timeline" in fragments(caught_up)
-    assert quiet
-
-
-def test_a_message_that_comes_while_the_catch_up_looks_draws_its_event_once(
-    world, as_user, monkeypatch
-):
-    """A catch-up reads the ids its socket was told of as it begins; a message that arrives
-    while it looks has drawn its event by the time it ends. Here every catch-up looks as if it
-    began before the message came: the event is drawn once, by its message."""
-    monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.5)
-    missed_after = LivePage.missed_after
-
-    def begun_before_the_message(page: LivePage, heard: int, told: frozenset[int]) -> Missed:
-        return missed_after(page, heard, frozenset())
-
-    monkeypatch.setattr(LivePage, "missed_after", begun_before_the_message)
-    run = world.run("waiting")
-    client = as_user("viewer")
-    client.get(f"/runs/{run.pk}/")
-    shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
-
-    async def scenario() -> tuple[str, bool]:
-        ws = await run_page_socket(client, run, shown)
-        await database_sync_to_async(progress_of)(run)
+        event = await database_sync_to_async(progress_of)(run, told=not late)
         drawn = await ws.receive_from(timeout=3)
-        quiet = await ws.receive_nothing(timeout=1.2)  # two catch-ups that find the event
+        if late:
+            await database_sync_to_async(live.publish)(event)
+        quiet = await ws.receive_nothing(timeout=1.2)  # and two catch-ups, or more
         await ws.disconnect()
         return drawn, quiet
 
