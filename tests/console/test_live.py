@@ -134,6 +134,15 @@ def progress_of(run: Any, *, pk: int | None = None, told: bool = True) -> Event:
     return event
 
 
+def viewed_run(world: Any, as_user: Any) -> tuple[Any, Client, int]:
+    """A waiting run, a viewer who has opened its page, and the newest event as the page
+    opened (its cursor, with no event still to commit)."""
+    run = world.run("waiting")
+    client = as_user("viewer")
+    client.get(f"/runs/{run.pk}/")
+    return run, client, Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+
 async def run_page_socket(client: Client, run: Any, shown: int) -> WebsocketCommunicator:
     """A run page's socket, open, once the page has said what it shows (`shown`, its cursor)
     and been sent nothing for it."""
@@ -1181,10 +1190,7 @@ def test_an_event_that_its_message_and_a_catch_up_both_find_is_drawn_once(
             return missed_after(page, heard, frozenset())
 
         monkeypatch.setattr(LivePage, "missed_after", begun_before_the_message)
-    run = world.run("waiting")
-    client = as_user("viewer")
-    client.get(f"/runs/{run.pk}/")
-    shown = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+    run, client, shown = viewed_run(world, as_user)
 
     async def scenario() -> tuple[str, bool]:
         ws = await run_page_socket(client, run, shown)
@@ -1294,10 +1300,7 @@ def test_an_event_that_commits_below_one_its_socket_was_told_of_comes_at_its_cat
     world, as_user, monkeypatch
 ):
     monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 0.1)
-    run = world.run("waiting")
-    client = as_user("viewer")
-    client.get(f"/runs/{run.pk}/")
-    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+    run, client, newest = viewed_run(world, as_user)
 
     async def scenario() -> tuple[str, bool, str]:
         ws = await run_page_socket(client, run, newest)
@@ -1360,10 +1363,7 @@ def test_a_catch_up_that_finds_more_events_than_it_sorts_out_redraws_the_page(
     three events come within one catch-up period (the first catch-up two seconds after the open)."""
     monkeypatch.setattr(consumers, "CATCH_UP_SECONDS", 2.0)
     monkeypatch.setattr(fragments_module, "MISSED_ROWS", 2)
-    run = world.run("waiting")
-    client = as_user("viewer")
-    client.get(f"/runs/{run.pk}/")
-    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+    run, client, newest = viewed_run(world, as_user)
 
     async def scenario() -> tuple[int, str]:
         ws = await run_page_socket(client, run, newest)
