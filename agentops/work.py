@@ -55,11 +55,6 @@ def seconds_left(item: WorkItem | None, now: dt.datetime) -> float | None:
     return (item.expires_at - now).total_seconds()
 
 
-def is_urgent(item: WorkItem | None, now: dt.datetime) -> bool:
-    left = seconds_left(item, now)
-    return bool(item and (item.flagged or (left is not None and left <= URGENT_SECONDS)))
-
-
 @dataclass(frozen=True)
 class EditField:
     """One input of the edit form, generated from the tool's input schema."""
