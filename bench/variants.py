@@ -392,6 +392,30 @@ class AgentOps:
         rows.append(["the whole run", total * 1000 / runs, 1.0])
         return rows
 
+    def cpu(self, runs: int, batches: int = 9) -> list[list[Any]]:
+        """The worker's CPU per run and per call, with no profiler (bench.profile --cpu): the
+        fastest of `batches` batches of `runs` runs. On PostgreSQL the database works in its
+        own processes, so this is the runtime's Python with Django's and the driver's: what a
+        call costs the worker, the measure of "the engine's own Python". On SQLite it includes
+        the database's C code too."""
+        import time
+
+        from bench import scenario
+
+        cpu, wall = [], []
+        for _ in range(batches):
+            started, ticked = time.process_time(), time.perf_counter()
+            for _ in range(runs):
+                self.run()
+            cpu.append((time.process_time() - started) / runs)
+            wall.append((time.perf_counter() - ticked) / runs)
+        best = min(cpu)
+        return [
+            ["CPU per run, ms (fastest batch)", best * 1000],
+            ["CPU per call, µs", best * 1e6 / scenario.CALLS],
+            ["wall time per run, ms (median batch)", sorted(wall)[len(wall) // 2] * 1000],
+        ]
+
     def own_python(self, runs: int) -> list[list[Any]]:
         """Where a run's CPU goes under cProfile, by whose code it is (bench.profile --own):
         the functions' own time (tottime), per call of the scenario. The runtime's row is the
