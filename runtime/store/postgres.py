@@ -118,7 +118,10 @@ def move_owned(assignments: str, *, carried: bool) -> str:
 
 # The claim as one statement: `seen` reads the runnable run and locks it, `claimed` takes it
 # (guarded on what was seen, as the two-step claim on SQLite), and its events follow in log
-# order: the lost lease's (a takeover), then the claim's. It returns what was taken over, the
+# order: the lost lease's (a takeover), then the claim's. The claim is dated `at`: the worker's
+# clock, unless the run moved after the worker read it (it waited for its connection, or its
+# host stopped it), then that move's time, so that the run's history stays in order and the
+# lease runs from the claim. It returns what was taken over, the
 # event ids and the claimed run as the turn reads it (its subqueries see the tables as the
 # statement began, which the claim does not write), or no row. The events' data is
 # worker.claim's (`_claim_events`), built here in SQL because the fence and the lost owner are
@@ -126,27 +129,29 @@ def move_owned(assignments: str, *, carried: bool) -> str:
 _RETURNED = ", ".join(f'run."{field.column}"' for field in Run._meta.concrete_fields)
 CLAIM = f"""
 WITH seen AS (
-    SELECT id, status, fence, lease_owner FROM {RUN}
+    SELECT id, status, fence, lease_owner,
+        GREATEST(%(now)s::timestamptz, updated_at) AS at FROM {RUN}
     WHERE id = %(run)s AND {RUNNABLE} FOR NO KEY UPDATE),
 claimed AS (
     UPDATE {RUN} AS run
-    SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
+    SET status = 'running', lease_owner = %(owner)s,
+        lease_expires_at = seen.at + (%(lease)s::timestamptz - %(now)s::timestamptz),
         fence = run.fence + 1, next_attempt_at = NULL, crashed_claims = run.crashed_claims + 1,
         last_crash = CASE WHEN seen.status = 'running'
             THEN format(%(lost)s, seen.lease_owner) ELSE run.last_crash END,
-        updated_at = %(now)s
+        updated_at = seen.at
     FROM seen
     WHERE run.id = seen.id AND run.status = seen.status AND run.fence = seen.fence
     RETURNING {_RETURNED}, seen.status AS seen_status, seen.fence AS seen_fence,
         seen.lease_owner AS seen_owner),
 ev AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
-    SELECT id, kind, 'runtime', '', data, %(now)s FROM (
-        SELECT 1 AS n, id, %(expired)s AS kind,
+    SELECT id, kind, 'runtime', '', data, updated_at FROM (
+        SELECT 1 AS n, id, updated_at, %(expired)s AS kind,
             jsonb_build_object('previous_owner', seen_owner, 'owner', %(owner)s::text) AS data
         FROM claimed WHERE seen_status = 'running'
         UNION ALL
-        SELECT 2, id, %(claimed)s,
+        SELECT 2, id, updated_at, %(claimed)s,
             jsonb_build_object('owner', %(owner)s::text, 'fence', seen_fence + 1)
         FROM claimed
     ) AS e ORDER BY n

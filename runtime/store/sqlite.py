@@ -80,8 +80,11 @@ INSERT INTO {EVENT_TABLE} ({EVENT_COLUMNS}) VALUES
 
 
 # The claim in two steps (no data-modifying CTE reads the run, takes it and writes its events
-# at once here). What a claim reads: the run's state, if it is runnable now.
-SEEN = named(f"SELECT status, fence, lease_owner FROM {RUN} WHERE id = %(run)s AND {RUNNABLE}")
+# at once here). What a claim reads: the run's state, if it is runnable now, and when the run
+# last moved, if that is after the worker read its clock (as PostgreSQL's CLAIM has it: the
+# claim is dated from it then). The times are text in one format, which orders them.
+SEEN = named(f"""SELECT status, fence, lease_owner, MAX(%(now)s, updated_at) FROM {RUN}
+WHERE id = %(run)s AND {RUNNABLE}""")
 
 # The claim, guarded on the status and fence it read: of two claims of what they both read,
 # exactly one lands. Every claim counts as a crash until it ends cleanly (a transition out of
@@ -216,8 +219,12 @@ class Sqlite(Dialect):
             seen = cursor.execute(SEEN, params).fetchone()
         if seen is None:
             return None
-        status, fence, previous_owner = seen
+        status, fence, previous_owner, at = seen
         guarded = {**params, "status": status, "fence": fence}
+        if at != params["now"]:  # the run moved after the worker read its clock
+            later = dt.datetime.fromisoformat(at) - dt.datetime.fromisoformat(params["now"])
+            lease = dt.datetime.fromisoformat(params["lease"]) + later
+            guarded.update(now=at, lease=str(lease))
         guarded["lost"] = params["lost"] % previous_owner
         # The events as worker._claim_events has them, in log order: a takeover's lost lease
         # first, then the claim.
@@ -226,7 +233,7 @@ class Sqlite(Dialect):
         if status == RunStatus.RUNNING:
             data = {"previous_owner": previous_owner, "owner": owner}
             events.insert(0, (params["expired"], data))
-        event = {"run": params["run"], "actor": RUNTIME, "key": "", "now": params["now"]}
+        event = {"run": params["run"], "actor": RUNTIME, "key": "", "now": guarded["now"]}
         with self.transaction(db) as cursor:
             if cursor.execute(CLAIM, guarded).rowcount != 1:
                 return None

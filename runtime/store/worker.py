@@ -58,9 +58,9 @@ def claim(run_id: Any, owner: str) -> Run | None:
     took over. On PostgreSQL the read, the write and its events are one statement; on SQLite,
     a read, then the write and its events in one transaction (the dialects).
     """
-    now = clock.now()
     db = connection()
     dialect = dialect_of(db)
+    now = clock.now()  # once connected: a wait for the connection is not the claim's
     params = {
         "run": dialect.run_id(db, run_id),
         "now": dialect.moment(db, now),
@@ -75,12 +75,14 @@ def claim(run_id: Any, owner: str) -> Run | None:
         return None
     status, fence, previous_owner, ids, row = taken
     transitions.check([status], RunStatus.RUNNING)  # the claim's RUNNABLE allows it
+    run = _claimed_run(db, dialect, row)
+    # Dated as the dialect dated it: `now`, or the run's last move if that came after it.
     written = _claim_events(
-        run_id, owner, now, status=status, fence=fence, previous_owner=previous_owner
+        run_id, owner, run.updated_at, status=status, fence=fence, previous_owner=previous_owner
     )
     for event_id, each in zip(ids, written, strict=True):
         published(db, event_id, each)
-    return _claimed_run(db, dialect, row)
+    return run
 
 
 def _claim_events(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pytest
 from django.db import connection
 
-from runtime import LeaseLost, store, submit
+from runtime import LeaseLost, clock, store, submit
 from runtime.engine import advance
 from runtime.models import Event, EventKind, Operation, Run, RunStatus
 from runtime.testing import expire_lease
@@ -87,3 +88,25 @@ def test_concurrent_claims_on_postgres_have_exactly_one_winner(settings):
     assert all(len(owners) == 1 for owners in winners.values()), winners
     assert Run.objects.filter(status=RunStatus.RUNNING, fence=1).count() == 20
     assert connection.vendor == "postgresql"
+
+
+def test_e2_a_claim_is_dated_no_earlier_than_the_move_that_made_its_run_claimable(define):
+    # A worker read the clock, then waited (for its connection while the database restarted,
+    # or stopped by its host) while the run was queued: its claim lands after that move, so it
+    # is dated from it, and its lease runs from it. The run's history stays in order.
+    agent = define(make_agent([say("hi")]))
+    read_at = dt.datetime(2026, 12, 5, 3, 45, 45, tzinfo=dt.UTC)
+    queued_at = read_at + dt.timedelta(seconds=4.6)
+    with clock.frozen(queued_at):
+        run = submit(agent.name, "hi", actor="alice")
+    with clock.frozen(read_at):
+        claimed = store.claim(run.pk, "late")
+
+    assert claimed is not None
+    events = list(Event.objects.filter(run_id=run.pk).order_by("id"))
+    assert [e.kind for e in events] == [EventKind.SUBMITTED, EventKind.CLAIMED]
+    assert [e.created_at for e in events] == [queued_at, queued_at]
+    run.refresh_from_db()
+    lease = dt.timedelta(seconds=store.lease_seconds())
+    assert (run.updated_at, run.lease_expires_at) == (queued_at, queued_at + lease)
+    assert (claimed.updated_at, claimed.lease_expires_at) == (queued_at, queued_at + lease)
