@@ -121,11 +121,10 @@ def move_owned(assignments: str, *, carried: bool) -> str:
 # order: the lost lease's (a takeover), then the claim's. The claim is dated `at`: the worker's
 # clock, unless the run moved after the worker read it (it waited for its connection, or its
 # host stopped it), then that move's time, so that the run's history stays in order and the
-# lease runs from the claim. It returns what was taken over, the
-# event ids and the claimed run as the turn reads it (its subqueries see the tables as the
-# statement began, which the claim does not write), or no row. The events' data is
-# worker.claim's (`_claim_events`), built here in SQL because the fence and the lost owner are
-# known only to the statement.
+# lease runs from the claim. It returns what was taken over, the event ids and the claimed
+# run as the turn reads it (its subqueries see the tables as the statement began, which the
+# claim does not write), or no row. The events' data is worker.claim's (`_claim_events`), built
+# here in SQL because the fence and the lost owner are known only to the statement.
 _RETURNED = ", ".join(f'run."{field.column}"' for field in Run._meta.concrete_fields)
 CLAIM = f"""
 WITH seen AS (
