@@ -20,6 +20,7 @@ from django.db.models.expressions import RawSQL
 
 from agentops import decisions, live, work
 from agentops.decisions import code_tool
+from agentops.integrations import search_index
 from runtime import clock, control, policy, registry, store
 from runtime.agents import Tool
 from runtime.models import (
@@ -249,15 +250,20 @@ def parse_run_cursor(value: str) -> tuple[dt.datetime, uuid.UUID] | None:
 
 
 # The text search on PostgreSQL: one ILIKE per table, each served by a trigram index of
-# migration 0005 on exactly the expression written here (keep the two equal).
-_PG_SEARCH = """
+# migration 0005 on exactly the expression written here (keep the two equal); the tool calls'
+# text is folded from the event log into a table of its own, and the calls of the events after
+# the fold's position are read by their events (search_index).
+def _pg_search(folded_through: int) -> str:
+    return f"""
     SELECT id FROM agentops_run WHERE (input || ' ' || output) ILIKE %s
     UNION SELECT r.id FROM agentops_run r JOIN agentops_session s ON s.id = r.session_id
         WHERE s.title ILIKE %s
-    UNION SELECT run_id FROM agentops_operation
-        WHERE kind = 'tool' AND (input::text || ' ' || coalesce(result::text, '')) ILIKE %s
+    UNION {search_index.FOLDED}
+    UNION {search_index.unfolded(folded_through)}
     UNION SELECT run_id FROM agentops_interaction WHERE payload::text ILIKE %s
 """
+
+
 # What an id's first digits find: runs, and the runs of sessions, whose id is in the range.
 _PG_ID_RANGE = """
     UNION SELECT id FROM agentops_run WHERE id BETWEEN %s AND %s
@@ -294,8 +300,8 @@ def _search(q: str) -> Q:
     if connection.vendor == "postgresql":
         # One subquery of ids, each of its parts read from an index; an OR of the parts in the
         # runs' own WHERE would make PostgreSQL read every run to test it.
-        sql = _PG_SEARCH
-        params: list[Any] = [_like_pattern(q)] * _PG_SEARCH.count("%s")
+        sql = _pg_search(search_index.folded_through())
+        params: list[Any] = [_like_pattern(q)] * sql.count("%s")
         if ids:
             sql += _PG_ID_RANGE
             params += [*ids, *ids]

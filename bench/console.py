@@ -38,7 +38,7 @@ from bench.harness import Variant
 DATABASE = "agentops_bench_console_{runs}"
 SMALL_DATABASE = "agentops_bench_console_small"
 # Bump when the seeded data changes: a kept database of another version is seeded again.
-SEED_VERSION = 2
+SEED_VERSION = 3
 TARGET_MS = 50
 # Of every 100 runs: one waits for an approval (the pending approvals: 1%), one is blocked
 # (one in ten of those by its version: the version board's), one waits to retry, one failed,
@@ -93,7 +93,7 @@ class Seeded(harness.Called):
         params = seed.params(
             1, runs, fingerprint=self.fingerprint, events_per_run=self.events_per_run
         )
-        tables = [f"agentops_{table}" for table in TABLES]
+        tables = [f"agentops_{table}" for table in TABLES] + ["integrations_toolcalltext"]
         counts = importlib.import_module("runtime.migrations.0008_status_counts")
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL maintenance_work_mem = '512MB'")
@@ -251,6 +251,13 @@ def _statements() -> list[str]:
         "  CASE WHEN e BETWEEN 3 AND 8 THEN 'step-1/model' ELSE '' END, '{}'::jsonb, "
         f"  {ago} "
         f"FROM {seed.SERIES}, generate_series(1, %(events)s) e",
+        # The tool calls' search text, folded through the newest event (search_index).
+        "INSERT INTO integrations_toolcalltext (operation_id, text) "
+        "SELECT id, input::text || ' ' || coalesce(result::text, '') FROM agentops_operation "
+        "WHERE kind = 'tool'",
+        "INSERT INTO integrations_outboxcursor (name, position) "
+        "SELECT 'search', coalesce(max(id), 0) FROM agentops_event "
+        "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
     ]
 
 

@@ -1,5 +1,6 @@
 """What the integrations keep: webhook subscriptions and deliveries, notification routes,
-preferences and notifications, the log consumers' cursors, and the metrics folded from the log.
+preferences and notifications, the log consumers' cursors, and what is folded from the log: the
+metrics, and the tool calls' text that the console's search reads.
 
 Nothing here is written by the runtime, and nothing here writes the runtime's tables.
 """
@@ -14,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 
 from agentops.integrations.kinds import KIND_CHOICES
+from runtime.models import Operation
 
 
 class OutboxCursor(models.Model):
@@ -222,6 +224,25 @@ class MetricSample(models.Model):
         return f"{self.metric}{self.labels} = {self.value}"
 
 
+class ToolCallText(models.Model):
+    """A tool call's arguments and result as one text: what the console's text search reads on
+    PostgreSQL, through the trigram index of migration 0003 (agentops.selectors._pg_search).
+
+    Folded from the event log after the call's records commit (search_index.py), not written by
+    them: an index entry made in a record's own statement cost a PostgreSQL run about a tenth of
+    its time, and made every outcome's UPDATE rewrite all of the operation's index entries.
+    The search also reads the calls of the events not folded yet, so it misses nothing.
+    """
+
+    operation = models.OneToOneField(
+        Operation, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    text = models.TextField()
+
+    def __str__(self) -> str:
+        return f"text of operation {self.operation_id}"
+
+
 __all__ = [
     "Channel",
     "MessageStatus",
@@ -230,6 +251,7 @@ __all__ = [
     "NotificationPreference",
     "NotificationRoute",
     "OutboxCursor",
+    "ToolCallText",
     "WebhookDelivery",
     "WebhookSubscription",
 ]

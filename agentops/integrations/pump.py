@@ -1,4 +1,5 @@
-"""One pass of the outbox: fold metrics, make deliveries and notifications, claim what is due.
+"""One pass of the outbox: fold the metrics and the search text, make deliveries and
+notifications, claim what is due.
 
 Every worker runs `sweep` on its timer (agentops/integrations/worker.py): the database work
 happens there, and each claimed message is handed to a task, so a slow receiver holds a task
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connections
 
-from agentops.integrations import metrics_fold, notifications, outbox, webhooks
+from agentops.integrations import metrics_fold, notifications, outbox, search_index, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class Claimed:
 def pump() -> Claimed:
     batch = settings.AGENTOPS_OUTBOX_BATCH
     metrics_fold.fold(batch)
+    search_index.fold(batch)
     webhooks.dispatch(batch)
     notifications.dispatch(batch)
     return Claimed(webhooks.claim_due(batch), notifications.claim_due(batch))

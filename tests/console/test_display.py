@@ -188,7 +188,7 @@ def test_it_indexes_the_search_on_postgres(world):
     assert names == {
         "run_search_trgm",
         "session_title_trgm",
-        "operation_search_trgm",
+        "tool_call_text_trgm",
         "interaction_payload_trgm",
     }
 

@@ -150,7 +150,9 @@ def test_it_lists_runs_with_a_fixed_number_of_queries(world, as_user, django_ass
     with django_assert_num_queries(RUNS_QUERIES):
         html = client.get("/runs/").content.decode()
     assert len(listed(html)) == n
-    with django_assert_num_queries(RUNS_QUERIES):
+    # A search on PostgreSQL first reads how far the tool calls' text is folded (search_index).
+    searched = RUNS_QUERIES + (connection.vendor == "postgresql")
+    with django_assert_num_queries(searched):
         html = client.get("/runs/", {"q": "A1", "status": "needs_attention"}).content.decode()
     assert len(listed(html)) == n
 
