@@ -27,27 +27,29 @@ from runtime.models import Event, EventKind, Operation, OperationKind
 CURSOR = "search"
 # A worker's pass folds up to this many batches, so the fold keeps up with runs that write
 # thousands of events a second and the deliveries after it still go out on time.
-ROUNDS = 10
+ROUNDS = 20
 
-_TEXT = "input::text || ' ' || coalesce(result::text, '')"
 _OPERATION = Operation._meta.db_table
 _EVENT = Event._meta.db_table
+# A call's text, as the folded table holds it and the search matches it.
+_TEXT = "o.input::text || ' ' || coalesce(o.result::text, '')"
 
 
-def _named_calls(events: str) -> str:
-    """The ids of the tool calls the events matching `events` (a condition on `e`) name: by
-    their key through the (run, key) index, and a fork's every call."""
+def _named_calls(events: str, *, select: str, where: str = "TRUE") -> str:
+    """`select` of each tool call `o` that an event `e` matching `events` names and that matches
+    `where`: by the event's key through the (run, key) index, and a fork's every call."""
     return f"""
-    SELECT o.id FROM {_OPERATION} o JOIN {_EVENT} e
+    SELECT {select} FROM {_EVENT} e JOIN {_OPERATION} o
         ON o.run_id = e.run_id AND o.key = e.operation_key
-    WHERE o.kind = '{OperationKind.TOOL}' AND {events}
-    UNION SELECT o.id FROM {_OPERATION} o JOIN {_EVENT} e ON o.run_id = e.run_id
-    WHERE o.kind = '{OperationKind.TOOL}' AND e.kind = '{EventKind.FORKED}' AND {events}"""
+    WHERE {events} AND o.kind = '{OperationKind.TOOL}' AND {where}
+    UNION SELECT {select} FROM {_EVENT} e JOIN {_OPERATION} o ON o.run_id = e.run_id
+    WHERE {events} AND e.kind = '{EventKind.FORKED}' AND o.kind = '{OperationKind.TOOL}'
+        AND {where}"""
 
 
 FOLD = f"""
 INSERT INTO {ToolCallText._meta.db_table} AS t (operation_id, text)
-SELECT id, {_TEXT} FROM {_OPERATION} WHERE id IN ({_named_calls("e.id = ANY(%(ids)s)")})
+{_named_calls("e.id = ANY(%(ids)s)", select=f"o.id, {_TEXT}")}
 ON CONFLICT (operation_id) DO UPDATE SET text = excluded.text
     WHERE t.text IS DISTINCT FROM excluded.text"""
 
@@ -59,14 +61,12 @@ def folded_through() -> int:
 
 
 def unfolded(position: int) -> str:
-    """The search's part for the events after `position`, not folded yet: the calls they name,
-    matched as the folded text is (one ILIKE parameter). The position is written into the
-    statement, so that the planner reads those few events by their primary key; as a
-    parameter or a subquery it would guess at a third of the log."""
+    """The search's part for the events after `position`, not folded yet: the runs of the calls
+    they name whose text matches (two ILIKE parameters, the same pattern). The position is
+    written into the statement, so that the planner reads those few events by their primary
+    key; as a parameter or a subquery it would guess at a third of the log."""
     after = f"e.id > {int(position)}"
-    return f"""
-    SELECT run_id FROM {_OPERATION} WHERE id IN ({_named_calls(after)})
-        AND ({_TEXT}) ILIKE %s"""
+    return _named_calls(after, select="o.run_id", where=f"({_TEXT}) ILIKE %s")
 
 
 # The search's part for the folded text, through its trigram index.
