@@ -22,7 +22,7 @@ class OutboxCursor(models.Model):
     """How far a consumer of the event log has read: every event with id <= position is done.
 
     The webhook subscriptions keep their own cursor (each starts where it was created); the
-    notifier and the metrics fold have one row each here.
+    notifier, the metrics fold and the search text's fold have one row each here.
     """
 
     name = models.CharField(max_length=50, unique=True)
