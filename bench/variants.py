@@ -179,7 +179,6 @@ class Records:
             self.conn: Any = psycopg.connect(options["url"], autocommit=True)
             run_id: Any = run.pk
             self.json: Any = Jsonb
-            later: Any = dt.datetime(2100, 1, 1, tzinfo=dt.UTC)
             self.now: Any = dt.datetime.now(dt.UTC)
         else:
             import json
@@ -189,14 +188,12 @@ class Records:
                 self.conn.execute(pragma)
             run_id = run.pk.hex
             self.json = json.dumps
-            later = "2100-01-01 00:00:00"
             self.now = str(dt.datetime.now(dt.UTC).replace(tzinfo=None))
         connection.close()
         self.hold = {
             "run": run_id,
             "fence": run.fence,
             "held": "running",
-            "lease": later,
             "now": self.now,
             "pausable": True,  # an intent's fence is also the pause point
         }
@@ -262,7 +259,7 @@ class Records:
     def _sqlite(self, name: str, params: dict[str, Any], *, carried: bool) -> int:
         cursor = self.conn.cursor()
         cursor.execute("BEGIN IMMEDIATE")
-        assert cursor.execute(self.statements["fence"], params).rowcount == 1
+        assert cursor.execute(self.statements["fence"], params).fetchone() is not None
         if carried:
             cursor.execute(self.statements["carried_outcome"], params)
         operation_id = cursor.execute(self.statements[name], params).lastrowid

@@ -1,4 +1,5 @@
-"""The heartbeat: one thread per process renews the lease of every claim that runs long.
+"""The heartbeat: one thread per process renews the lease of every claim that runs long. It is
+the only renewal: a claim's records check its fence and leave the lease (runtime/store/sql.py).
 
 Each claim in progress is renewed a third of the lease after its start, then a third of the lease
 after each renewal, until it ends or its lease is lost. One thread serves all of the process's

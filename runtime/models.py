@@ -275,8 +275,8 @@ class Run(models.Model):
     fork_point = models.CharField(max_length=200, blank=True)
     fork_context = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
-    # When the run last moved: submitted, claimed, or out of `running`. Renewing the lease (every
-    # record, the heartbeat) leaves it, so that those writes touch no indexed column.
+    # When the run last moved: submitted, claimed, or out of `running`. Renewing the lease (the
+    # heartbeat) leaves it, so that the renewal touches no indexed column.
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     # When the sweep last handed the run to the workers: it hands a run over at most once per
@@ -307,9 +307,9 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
             # Console: runs list newest first without a filter.
             models.Index(fields=["-created_at"], name="run_created"),
-            # No index holds lease_expires_at: every record renews the lease, and an indexed
-            # column would make each renewal write an entry into every index of the table (no
-            # HOT update on PostgreSQL). The sweep finds the running runs, as many as the
+            # No index holds lease_expires_at: the heartbeat renews it, and an indexed column
+            # would make each renewal write an entry into every index of the table (no HOT
+            # update on PostgreSQL). The sweep finds the running runs, as many as the
             # workers hold, by run_status_created and checks their leases.
             # Sweep and inbox: retry_wait runs ordered by their due time (then id, the inbox's
             # tie-break, so its first 50 are read off the index).

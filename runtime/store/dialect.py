@@ -3,8 +3,8 @@
 The hot path — the intent and the outcome of every call, and the run's move out of `running` —
 runs raw statements on the DB-API connection under Django's, because the ORM and Django's
 transaction bookkeeping cost more than the commit itself (bench/overhead.py measures it). A
-record is three writes: the fence (the run's lease renewed while the run is still ours), the
-operation row, and its event; a record may also carry the held outcome of the call before it
+record is a read and two writes: the fence (the run, while it is still ours), the operation
+row, and its event; a record may also carry the held outcome of the call before it
 (the fold, runtime/store/worker.py). How those three are sent is the dialect's business:
 runtime/store/postgres.py makes them one statement, runtime/store/sqlite.py three statements in
 one IMMEDIATE transaction (four when it carries an outcome).

@@ -1,9 +1,9 @@
 """PostgreSQL: a record is ONE statement, a data-modifying CTE, prepared once per connection.
 
-`held` is the fence UPDATE; every other part selects FROM it, so nothing is written unless the
-fence held (then no row comes back). The UPDATE also takes the run's row lock, so a takeover
-(which bumps the fence under the same lock) is ordered strictly before or after each write,
-never between the check and the write.
+`held` is the fence, the run's row read and locked; every other part selects FROM it, so
+nothing is written unless the fence held (then no row comes back). The row lock orders a
+takeover or a cancel (each bumps the fence under the same lock) strictly before or after each
+write, never between the check and the write.
 
 A record that carries a held outcome (the fold: worker.py) adds that outcome's UPDATE and
 inserts both events with one INSERT, in log order (the outcome's first): still one statement,
@@ -34,7 +34,7 @@ from runtime.store.sql import (
     CLAIMED_RUN_COLUMNS,
     EVENT,
     EVENT_COLUMNS,
-    HOLD,
+    FENCE,
     INSERT_EVENT,
     OPERATION,
     OPERATION_COLUMNS,
@@ -46,7 +46,7 @@ from runtime.store.sql import (
     SESSION_COLUMNS,
 )
 
-HELD = f"held AS ({HOLD} RETURNING id)"
+HELD = f"held AS ({FENCE} FOR NO KEY UPDATE)"
 EVENT_FROM_HELD = f"""ev AS (
     INSERT INTO {EVENT} ({EVENT_COLUMNS})
     SELECT id, %(event)s, 'runtime', %(key)s, %(data)s, %(now)s FROM held

@@ -59,11 +59,12 @@ OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
 # What a claim that takes over an expired lease records as the last crash (`%s`: the lost owner).
 LOST = "the worker %s lost the run: its lease expired (it died or stalled)"
 
-# The lease renewed by every fenced write. An intent (`pausable`) is also the engine's pause
-# point: it lands only if no operator asked the run to pause, which saves a read per call.
-# It sets no indexed column (updated_at is the run's last move, not its last write), so on
-# PostgreSQL it is a HOT update: none of the run's indexes gets a new entry per record.
-HOLD = f"""UPDATE {RUN} SET lease_expires_at = %(lease)s
+# The fence a record checks: the run, if it is still the claim's. An intent (`pausable`) is
+# also the engine's pause point: it lands only if no operator asked the run to pause, which
+# saves a read per call. A record reads the run's row (PostgreSQL locks it) and does not write
+# it: the heartbeat alone renews the lease (runtime/heartbeat.py). An UPDATE of the run per
+# record, even one that changed no row, cost a PostgreSQL run 3-5 % of its time.
+FENCE = f"""SELECT id FROM {RUN}
 WHERE {OWNED} AND (pause_requested_by = '' OR NOT %(pausable)s)"""
 
 INSERT_EVENT = f"""

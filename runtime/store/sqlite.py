@@ -1,5 +1,5 @@
 """SQLite: no data-modifying CTEs, but no round trips either (the database is in the process):
-a record is three statements in one BEGIN IMMEDIATE transaction, the fence UPDATE first (four
+a record is three statements in one BEGIN IMMEDIATE transaction, the fence's read first (four
 when it carries an outcome: that outcome's UPDATE, and one INSERT for both events). Every
 transaction takes the write lock at BEGIN (IMMEDIATE, as Django's are configured in settings), so
 writers are serialized and the fence read cannot go stale before the write.
@@ -22,7 +22,7 @@ from runtime.store.sql import (
     AGENT_VERSION,
     CLAIMED_RUN_COLUMNS,
     EVENT_COLUMNS,
-    HOLD,
+    FENCE,
     INSERT_EVENT,
     OPERATION,
     OPERATION_COLUMNS,
@@ -59,7 +59,7 @@ SET status = %(status)s, result = %(result)s, is_error = %(is_error)s, error = %
     usage = %(usage)s, outcome_at = %(now)s
 WHERE id = %(op)s""")
 
-FENCE = named(HOLD)
+FENCED = named(FENCE)
 RUNTIME_EVENT = named(INSERT_EVENT.replace("%(actor)s", "'runtime'"))
 
 
@@ -161,8 +161,9 @@ class Sqlite(Dialect):
         return super().moment(db, value)
 
     def _fenced(self, cursor: Any, params: dict[str, Any], carried: bool) -> bool:
-        """The fence, then the carried outcome's write: whether the fence held."""
-        if cursor.execute(FENCE, params).rowcount != 1:
+        """The fence, then the carried outcome's write: whether the fence held. The transaction
+        holds the database's write lock, so the fence read cannot change before the commit."""
+        if cursor.execute(FENCED, params).fetchone() is None:
             return False
         self._carry(cursor, params, carried)
         return True
@@ -273,7 +274,7 @@ class Sqlite(Dialect):
 
     def record_statements(self) -> dict[str, str]:
         return {
-            "fence": FENCE,
+            "fence": FENCED,
             "new": NEW_OPERATION,
             "reintent": REINTENT,
             "outcome": OUTCOME,

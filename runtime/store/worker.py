@@ -1,8 +1,9 @@
 """The writes of the worker that owns a run: the claim, the two records of every call, the
 run's move out of `running`, a question to a person, and the heartbeat.
 
-Every write is fenced: it lands only while the run is `running` under the claim's fence, and
-renews the lease as it goes; otherwise it raises LeaseLost having written nothing. Events are
+Every write is fenced: it lands only while the run is `running` under the claim's fence;
+otherwise it raises LeaseLost having written nothing. The claim sets the lease and the
+heartbeat renews it; records do not. Events are
 published after commit, as Event instances built from the returned ids.
 
 One commit per call (DESIGN): an outcome may be held (`write_outcome(..., hold=True)`) and is
@@ -125,10 +126,12 @@ def _carried_fence(run: Run) -> AbstractContextManager[tuple[int, str]]:
 
 
 def renew(run: Run) -> None:
-    """The heartbeat: keep the lease alive during a long call. Raises LeaseLost if taken over."""
+    """The heartbeat's renewal of the claim's lease, the only one (records do not renew it).
+    Raises LeaseLost if taken over."""
     with _carried_fence(run) as (fence, held):
         now = clock.now()
-        # The lease alone, as every fenced write renews it (sql.HOLD says why).
+        # The lease alone: updated_at stays the run's last move, and no indexed column changes
+        # (a HOT update on PostgreSQL; Run.Meta says why).
         renewed = Run.objects.filter(pk=run.pk, fence=fence, status=held).update(
             lease_expires_at=_lease(now)
         )
@@ -214,7 +217,6 @@ def _record(
             "run": dialect.run_id(db, run.pk),
             "fence": fence,
             "held": held,
-            "lease": dialect.moment(db, _lease(now)),
             "now": dialect.moment(db, now),
             "pausable": False,
         }

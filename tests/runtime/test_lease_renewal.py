@@ -1,21 +1,23 @@
-"""The lease's renewal, written by every record and by the heartbeat, touches no indexed column
-of the run: on PostgreSQL it is then a HOT update, which writes no entry into any of the run
-table's indexes (runtime/store/sql.py, HOLD)."""
+"""The lease: set by the claim, renewed by the heartbeat alone. A record reads the run's row as
+its fence (PostgreSQL locks it) and writes none of it; the renewal touches no indexed column of
+the run, so on PostgreSQL it is a HOT update, which writes no entry into any of the run table's
+indexes (runtime/store/sql.py, FENCE)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import F
 
-from runtime import store, submit
-from runtime.models import Operation, OperationStatus, Run
+from runtime import LeaseLost, store, submit
+from runtime.models import Event, EventKind, Operation, OperationStatus, Run
 from runtime.registry import code_defines, register
 from tests.conftest import make_agent, say
-
-pytestmark = pytest.mark.django_db
+from tests.support.processes import wait_until
 
 
 @pytest.fixture
@@ -42,13 +44,13 @@ def intent(run: Run, key: str) -> Operation:
     )
 
 
-def records_and_a_heartbeat(run: Run) -> None:
-    """Three renewals of the lease: two intents (the second carrying the first's outcome) and
-    a heartbeat."""
+def records(run: Run) -> None:
+    """Three records: two intents, the second carrying the first's outcome, and an outcome that
+    commits alone."""
     first = intent(run, "step-1/tool/a")
     store.write_outcome(run, first, status=OperationStatus.COMPLETED, result={"ok": 1}, hold=True)
-    intent(run, "step-2/model")
-    store.renew(run)
+    second = intent(run, "step-2/tool/b")
+    store.write_outcome(run, second, status=OperationStatus.COMPLETED, result={"ok": 2})
 
 
 def run_updates() -> tuple[int, int]:
@@ -64,19 +66,97 @@ def run_updates() -> tuple[int, int]:
     return int(updated), int(hot)
 
 
+def lease_and_last_move(run: Run) -> tuple[Any, Any]:
+    return Run.objects.values_list("lease_expires_at", "updated_at").get(pk=run.pk)
+
+
+@pytest.mark.django_db
+def test_e2_records_leave_the_lease_as_the_claim_set_it(claimed: Run) -> None:
+    before = lease_and_last_move(claimed)
+    records(claimed)
+    assert Operation.objects.filter(run=claimed, status=OperationStatus.COMPLETED).count() == 2
+    assert lease_and_last_move(claimed) == before
+
+
+@pytest.mark.django_db
 @pytest.mark.postgres
-def test_every_renewal_of_the_lease_is_a_hot_update_on_postgresql(claimed: Run) -> None:
+def test_records_write_no_version_of_the_runs_row_on_postgresql(claimed: Run) -> None:
+    updated = run_updates()
+    records(claimed)
+    assert Operation.objects.filter(run=claimed, status=OperationStatus.COMPLETED).count() == 2
+    assert run_updates() == updated
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres
+def test_e3_the_heartbeats_renewal_is_a_hot_update_on_postgresql(claimed: Run) -> None:
     updated, hot = run_updates()
-    records_and_a_heartbeat(claimed)
-    after: Any = run_updates()
-    assert (after[0] - updated, after[1] - hot) == (3, 3)
+    store.renew(claimed)
+    after = run_updates()
+    assert (after[0] - updated, after[1] - hot) == (1, 1)
 
 
-def test_a_renewal_leaves_the_time_of_the_runs_last_move(claimed: Run) -> None:
+@pytest.mark.django_db
+def test_e3_a_renewal_moves_the_lease_and_leaves_the_time_of_the_runs_last_move(
+    claimed: Run,
+) -> None:
     """updated_at is when the run last moved (here, its claim), which the inbox and the runs
     list show; the lease moves with every renewal."""
-    claimed_at = Run.objects.values_list("updated_at", "lease_expires_at").get(pk=claimed.pk)
-    records_and_a_heartbeat(claimed)
-    updated_at, lease = Run.objects.values_list("updated_at", "lease_expires_at").get(pk=claimed.pk)
-    assert updated_at == claimed_at[0]
-    assert lease > claimed_at[1]
+    lease, claimed_at = lease_and_last_move(claimed)
+    store.renew(claimed)
+    renewed, updated_at = lease_and_last_move(claimed)
+    assert updated_at == claimed_at
+    assert renewed > lease
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_e2_a_record_waits_for_a_takeover_in_flight_then_writes_nothing(claimed: Run) -> None:
+    """The fence is a locked read: a record that meets a takeover not yet committed waits for
+    it, reads the new fence, and writes nothing. A plain read would see the fence as the
+    record's statement began and land beside the takeover."""
+    taken = threading.Event()
+    commit = threading.Event()
+
+    def take_over() -> None:
+        try:
+            with transaction.atomic():
+                Run.objects.filter(pk=claimed.pk).update(fence=F("fence") + 1, lease_owner="w2")
+                taken.set()
+                assert commit.wait(30)
+        finally:
+            connection.close()
+
+    outcome: list[BaseException | Operation] = []
+
+    def record() -> None:
+        try:
+            outcome.append(intent(claimed, "step-1/tool/a"))
+        except BaseException as exc:  # judged below
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    takeover = threading.Thread(target=take_over)
+    takeover.start()
+    assert taken.wait(30)
+    writer = threading.Thread(target=record)
+    writer.start()
+    wait_until(lambda: outcome or _waiting_for_a_lock() == 1, timeout=30, what="the record")
+    assert not outcome, f"the record did not wait for the takeover: {outcome}"
+    commit.set()
+    takeover.join(30)
+    writer.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost), outcome
+    assert not Operation.objects.filter(run=claimed).exists()
+    assert not Event.objects.filter(run=claimed, kind=EventKind.INTENT).exists()
+    assert Run.objects.values_list("fence", "lease_owner").get(pk=claimed.pk) == (2, "w2")
+
+
+def _waiting_for_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
