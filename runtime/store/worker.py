@@ -3,8 +3,8 @@ run's move out of `running`, a question to a person, and the heartbeat.
 
 Every write is fenced: it lands only while the run is `running` under the claim's fence;
 otherwise it raises LeaseLost having written nothing. The claim sets the lease and the
-heartbeat renews it; records do not. Events are
-published after commit, as Event instances built from the returned ids.
+heartbeat renews it; records do not. Events are published after commit, as Event instances
+built from the returned ids.
 
 One commit per call (DESIGN): an outcome may be held (`write_outcome(..., hold=True)`) and is
 then carried by the run's next fenced record — the next call's intent, a record, the move out
