@@ -310,8 +310,29 @@ LOG_LINES_ON_FAILURE = 80
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if report.when == "call" and report.failed:
-        for stack in STARTED:
+        report.sections.append(("the runs, as the test left them", _runs_now()))
+        # The stack started last first: a test's own (embedded) stack, before the shared one.
+        for stack in reversed(STARTED):
             for process in stack.processes:
                 tail = process.text().splitlines()[-LOG_LINES_ON_FAILURE:]
-                report.sections.append((f"{process.log.name}, its last lines", "\n".join(tail)))
+                name = f"{stack.folder.name}/{process.log.name}, its last lines"
+                report.sections.append((name, "\n".join(tail)))
     return report
+
+
+def _runs_now() -> str:
+    """Each run of the test's database: its status and why, and its last events."""
+    from runtime.models import Event, Run
+
+    try:
+        lines = []
+        for run in Run.objects.order_by("created_at")[:20]:
+            kinds = Event.objects.filter(run=run).order_by("-id").values_list("kind", "actor")
+            last = ", ".join(f"{kind} ({actor})" for kind, actor in list(kinds[:12])[::-1])
+            lease = f"{run.lease_expires_at:%H:%M:%S.%f}" if run.lease_expires_at else "-"
+            reason = run.attention_reason or "-"
+            lines.append(f"{run.pk} {run.status} {reason} fence {run.fence} lease {lease}")
+            lines.append(f"  {last}")
+        return "\n".join(lines) or "no run"
+    except Exception as exc:  # the report must not fail over what it cannot read
+        return f"could not read them: {exc!r}"
