@@ -530,6 +530,7 @@ class Report:
     left_to_expire: int = 0
     expiries: int = 0
     pauses: int = 0
+    pauses_missed: int = 0  # the run had finished (or was paused already) when its pause came
     resumes: int = 0
     forks: int = 0
     bulk_jobs: int = 0
@@ -564,7 +565,8 @@ class Report:
             f"approvals={self.approvals} rejections={self.rejections} answers={self.answers} "
             f"cancels={self.cancels} quorum votes counted={self.approvals_counted} "
             f"left to expire={self.left_to_expire} expiries fired={self.expiries} "
-            f"pauses={self.pauses} resumes={self.resumes} forks={self.forks} "
+            f"pauses={self.pauses} (missed {self.pauses_missed}) resumes={self.resumes} "
+            f"forks={self.forks} "
             f"bulk jobs={self.bulk_jobs} (runs touched {self.bulk_touched}, skipped "
             f"{self.bulk_skipped}) workers killed by the poison tool={self.worker_crashes} "
             f"contained: {_pairs(self.contained)} | model answers: {_pairs(self.model_answers)} | "
@@ -825,6 +827,11 @@ class Soak:
         # The first runs meet a pause and a fork for sure; then by their shares.
         if n == 1 or self.rng.random() < self.size.pause_share:
             self.pause_at[run_id] = now + self.rng.uniform(0.2, 3.0)
+        elif self.report.pauses_missed and not self.report.pauses:
+            # Every pause so far came after its run had finished: the next runs are paused
+            # soon after they start, until one lands (a fixed delay: the seed's draws stay
+            # as they were, so a seed replays the same schedule whenever the first one lands).
+            self.pause_at[run_id] = now + 0.2
         if agent == CHAOS_AGENT and (n in (0, 2) or self.rng.random() < self.size.fork_share):
             self.to_fork.add(run_id)
         self._publish(run_id)
@@ -1000,7 +1007,8 @@ class Soak:
             try:
                 pause(run_id, actor=OPERATOR, reason="checking with the customer")
             except AgentOpsError:
-                continue  # it finished first
+                self.report.pauses_missed += 1  # it finished first
+                continue
             self.report.pauses += 1
             self.actions.append(Action("paused|pause_requested", run_id, OPERATOR, {}))
             self.resume_at[run_id] = now + self.rng.uniform(0.5, 3.0)
