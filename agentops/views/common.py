@@ -7,6 +7,7 @@ the runtime's message and a 4xx status, and nothing changed.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -50,6 +51,22 @@ def page(view: V) -> V:
     return login_required(require_safe(permission_required(VIEW, raise_exception=True)(view)))  # type: ignore[return-value]
 
 
+# Where a live page's view finds the cursor that `live_view` read for it.
+_LIVE_CURSOR = "agentops_live_cursor"
+
+
+def live_view(view: V) -> V:
+    """A page that stays live over its socket: `page`, with its cursor read before the view
+    reads anything it shows (see `live`)."""
+
+    @functools.wraps(view)
+    def cursor_first(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        setattr(request, _LIVE_CURSOR, store.committed_through())
+        return view(request, *args, **kwargs)
+
+    return page(cast(V, cursor_first))
+
+
 def action(permission: str) -> Callable[[V], V]:
     """A POST-only action: login, then `permission` (403 without it)."""
 
@@ -80,10 +97,17 @@ def reauth_fresh(request: HttpRequest) -> bool:
     return isinstance(at, float) and time.time() - at < float(settings.AGENTOPS_REAUTH_SECONDS)
 
 
-def live(path: str) -> dict[str, Any]:
-    """What a live page needs: its websocket path and the event it has seen (read first, so
-    that anything committed while the page renders is replayed when the socket opens)."""
-    return {"live_url": path, "cursor": store.committed_through()}
+def live(request: HttpRequest, path: str) -> dict[str, Any]:
+    """What a live page needs: its websocket path and its cursor, the event it has seen.
+
+    Its socket asks for what committed after the cursor, so the page must show every event up
+    to it: `live_view` reads it before the view reads anything, and an event that commits while
+    the page renders is sent again when the socket opens. (Read after the page's data, it passed
+    over such an event for good: a run that finished as its page rendered stayed `running`
+    there.) An action's answer reads it here: for htmx, a fragment whose page keeps its own
+    cursor (console.js); without JavaScript, a whole page that opens no socket."""
+    cursor = getattr(request, _LIVE_CURSOR, None)
+    return {"live_url": path, "cursor": store.committed_through() if cursor is None else cursor}
 
 
 def reply(

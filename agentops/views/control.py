@@ -22,7 +22,7 @@ def _reply(request: HtmxRequest, run: Run, *, status: int, **extra: Any) -> Http
     """The run's header: `run` as the verb returned it, or as read before a refused verb."""
     # The timeline in the view the page shows (htmx says which page that is).
     every_event = "events=all" in request.headers.get("HX-Current-URL", "")
-    context = live(f"/ws/runs/{run.pk}/" + ("?events=all" if every_event else ""))
+    context = live(request, f"/ws/runs/{run.pk}/" + ("?events=all" if every_event else ""))
     context.update(selectors.run_detail(run, every_event=every_event), **extra)
     return reply(
         request,

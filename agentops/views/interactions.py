@@ -6,7 +6,7 @@ import uuid
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 
@@ -19,31 +19,24 @@ from agentops.views.common import (
     action,
     actor,
     error_status,
-    page,
+    live_view,
     reauth_fresh,
     reply,
 )
 from agentops.views.fragments import INTERACTION
-from agentops.views.work import context, reauthenticate
+from agentops.views.work import context, fetch, reauthenticate
 from runtime import control, policy
 from runtime.errors import AgentOpsError
 from runtime.models import Interaction, InteractionKind, InteractionStatus
-
-
-def _fetch(interaction_id: uuid.UUID) -> Interaction:
-    return get_object_or_404(
-        Interaction.objects.select_related("run", "run__session", "work", "receipt"),
-        pk=interaction_id,
-    )
 
 
 def _form_class(interaction: Interaction) -> type[ApprovalForm] | type[AnswerForm]:
     return ApprovalForm if interaction.kind == InteractionKind.TOOL_APPROVAL else AnswerForm
 
 
-@page
+@live_view
 def interaction(request: HttpRequest, interaction_id: uuid.UUID) -> HttpResponse:
-    found = _fetch(interaction_id)
+    found = fetch(interaction_id)
     return render(request, "agentops/interaction.html", context(request, found))
 
 
@@ -73,7 +66,7 @@ def _next_url(found: Interaction) -> str:
 @action(RESPOND)
 @sensitive_variables("password")
 def respond(request: HtmxRequest, interaction_id: uuid.UUID) -> HttpResponse:
-    found = _fetch(interaction_id)
+    found = fetch(interaction_id)
     form = _form_class(found)(request.POST)
     if isinstance(form, ApprovalForm):
         tool = decisions.code_tool(found.run, found.tool_name)

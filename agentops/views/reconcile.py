@@ -20,7 +20,7 @@ from agentops.views.common import (
     actor,
     error_status,
     live,
-    page,
+    live_view,
     reply,
 )
 from agentops.views.fragments import RECONCILE
@@ -37,17 +37,17 @@ NOTICES = {
 }
 
 
-def _context(run: Run, key: str, **extra: Any) -> dict[str, Any]:
-    context = live(f"/ws/runs/{run.pk}/reconcile/?{urlencode({'key': key})}")
+def _context(request: HttpRequest, run: Run, key: str, **extra: Any) -> dict[str, Any]:
+    context = live(request, f"/ws/runs/{run.pk}/reconcile/?{urlencode({'key': key})}")
     context.update(selectors.reconcile_detail(run, key), **extra)
     return context
 
 
-@page
+@live_view
 def reconcile(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     key = request.GET.get("key", "") or run.blocked_operation
-    return render(request, "agentops/reconcile.html", _context(run, key))
+    return render(request, "agentops/reconcile.html", _context(request, run, key))
 
 
 @action(RESOLVE)
@@ -84,6 +84,6 @@ def resolve(request: HtmxRequest, run_id: uuid.UUID) -> HttpResponse:
         request,
         page_template="agentops/reconcile.html",
         fragment=RECONCILE,
-        context=_context(run, str(key), form=form, notice=notice),
+        context=_context(request, run, str(key), form=form, notice=notice),
         status=status,
     )

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, render
 
 from agentops import selectors
 from agentops.forms import RunFilterForm
-from agentops.views.common import live, page, reply
+from agentops.views.common import live, live_view, page, reply
 from agentops.views.fragments import RUNS_TABLE
 from agentops.views.surgery import surgery_context
 from runtime.models import Run
@@ -32,11 +32,11 @@ def runs(request: HttpRequest) -> HttpResponse:
     )
 
 
-@page
+@live_view
 def run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     found = get_object_or_404(Run.objects.select_related("session"), pk=run_id)
     every_event = request.GET.get("events") == "all"
-    context = live(f"/ws/runs/{found.pk}/" + ("?events=all" if every_event else ""))
+    context = live(request, f"/ws/runs/{found.pk}/" + ("?events=all" if every_event else ""))
     context.update(selectors.run_detail(found, every_event=every_event))
     context.update(surgery_context(found))
     return render(request, "agentops/run.html", context)

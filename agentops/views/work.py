@@ -52,7 +52,7 @@ def fetch(interaction_id: uuid.UUID) -> Interaction:
 
 
 def context(request: HttpRequest, interaction: Interaction, **extra: Any) -> dict[str, Any]:
-    page = live(f"/ws/interactions/{interaction.pk}/")
+    page = live(request, f"/ws/interactions/{interaction.pk}/")
     page.update(
         selectors.interaction_detail(interaction, actor(request)),
         reauth_fresh=reauth_fresh(request),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import difflib
 import itertools
 import re
 import threading
@@ -43,7 +44,7 @@ from agentops.views.fragments import (
     socket_request,
 )
 from agentops.work import FILTERS
-from runtime import cancel, respond, retry, work
+from runtime import cancel, respond, retry, store, work
 from runtime.models import Event, EventKind
 from tests.conftest import STRICT
 from tests.console.conftest import without_csrf
@@ -309,6 +310,62 @@ def test_it_pushes_the_reconcile_page_when_someone_else_settles_it(
     assert "it is cancelled" in pushed["reconcile"]
     fresh = client.get(f"/runs/{run.pk}/reconcile/?key={key}").content.decode()
     assert without_csrf(pushed["reconcile"]) in without_csrf(fresh)
+
+
+def _cursor(html: str) -> int:
+    found = re.search(r'<span id="live-cursor" data-event="(\d+)"', html)
+    assert found is not None, "the page has no cursor"
+    return int(found.group(1))
+
+
+def as_rendered(response: Any) -> str:
+    """A page less what differs at every render: its CSRF tokens and the server's clock."""
+    html = without_csrf(response.content.decode())
+    html = re.sub(r'"X-CSRFToken": "\w+"', '"X-CSRFToken": "…"', html)
+    return re.sub(r'<meta name="server-time" content="[^"]+">', "", html)
+
+
+@pytest.mark.parametrize("shown", ["run", "interaction", "reconcile", "inbox"])
+def test_a_page_shows_every_event_up_to_its_cursor_though_one_commits_as_it_renders(
+    world, as_user, monkeypatch, shown
+):
+    """A live page's socket asks for what committed after the page's cursor, so the page must
+    show every event up to it: an event that commits while the page renders is in the page, or
+    after its cursor. Read after the page's data, the cursor passed over such an event, and the
+    page never heard of it: a run that finished while its page rendered stayed `running` there.
+    Here the event commits at the last moment it can, as the cursor is read."""
+    blocked = shown == "reconcile"
+    run = world.run("blocked" if blocked else "waiting")
+    interaction = None if blocked else world.pending(run)
+    path = {
+        "run": f"/runs/{run.pk}/",
+        "interaction": f"/interactions/{interaction.pk}/" if interaction else "",
+        "reconcile": f"/runs/{run.pk}/reconcile/",
+        "inbox": "/",
+    }[shown]
+    client = as_user("operator")
+    before = as_rendered(client.get(path))
+    read_cursor = store.committed_through
+    changes: list[Any] = []
+
+    def change_then_read() -> int:
+        if not changes:  # the page's read of its cursor: bob's decision commits just before it
+            if blocked:
+                changes.append(cancel(run.pk, actor="bob"))
+            else:
+                changes.append(respond(interaction.pk, {"approved": True}, actor="bob"))
+        return read_cursor()
+
+    monkeypatch.setattr(store, "committed_through", change_then_read)
+    page = as_rendered(client.get(path))
+    monkeypatch.setattr(store, "committed_through", read_cursor)
+    fresh = as_rendered(client.get(path))
+
+    assert changes, "the change did not happen as the page read its cursor"
+    assert fresh != before  # the change shows on the page
+    assert _cursor(page) == _cursor(fresh)  # the page's cursor is past the change...
+    difference = difflib.unified_diff(fresh.splitlines(), page.splitlines(), "fresh", "page")
+    assert page == fresh, "\n".join(difference)  # ...so the page shows it
 
 
 def test_it_catches_up_from_the_event_log_on_reconnect(world, as_user):
