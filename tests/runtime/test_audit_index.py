@@ -61,6 +61,18 @@ def test_the_audit_index_leaves_the_runtime_out_and_the_migration_goes_both_ways
     ].replace('"', "")
 
 
+def plan_of(sql: str) -> str:
+    """The database's plan of `sql`, as text (PostgreSQL told to avoid a sequential scan where
+    it can: the tables here are small)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN " + sql)
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql)
+        return " ".join(str(row) for row in cursor.fetchall())
+
+
 @pytest.mark.django_db
 def test_the_audit_log_of_an_actor_reads_the_index(operator_events):
     """The audit log's query says what the partial index leaves out (SQLite uses a partial
@@ -69,24 +81,8 @@ def test_the_audit_log_of_an_actor_reads_the_index(operator_events):
         page = audit_page(AuditFilters(actor="alice"))
     assert [event.actor for event in page.rows] == ["alice"] * len(page.rows) != []
     (sql,) = [q["sql"] for q in queries if 'FROM "agentops_event"' in q["sql"]]
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute("EXPLAIN " + sql)
-        else:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql)
-        plan = " ".join(str(row) for row in cursor.fetchall())
+    plan = plan_of(sql)
     assert "event_actor" in plan, plan
-
-
-def plan_of(sql: str) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute("EXPLAIN " + sql)
-        else:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql)
-        return " ".join(str(row) for row in cursor.fetchall())
 
 
 @pytest.mark.django_db
