@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -107,6 +108,8 @@ def live(request: HttpRequest, path: str) -> dict[str, Any]:
     there.) An action's answer reads it here: for htmx, a fragment whose page keeps its own
     cursor (console.js); without JavaScript, a whole page that opens no socket."""
     cursor = getattr(request, _LIVE_CURSOR, None)
+    if cursor is None and request.method in ("GET", "HEAD"):
+        raise ImproperlyConfigured(f"{request.path}: a live page's view is a @live_view")
     return {"live_url": path, "cursor": store.committed_through() if cursor is None else cursor}
 
 

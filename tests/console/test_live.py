@@ -19,8 +19,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import ChannelLock, RedisChannelLayer
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.utils.timezone import now
 
 from agentops import consumers, live
@@ -33,6 +34,7 @@ from agentops.consumers import (
     Render,
     Renders,
 )
+from agentops.views import common
 from agentops.views import fragments as fragments_module
 from agentops.views.fragments import (
     PROGRESS,
@@ -366,6 +368,14 @@ def test_a_page_shows_every_event_up_to_its_cursor_though_one_commits_as_it_rend
     assert _cursor(page) == _cursor(fresh)  # the page's cursor is past the change...
     difference = difflib.unified_diff(fresh.splitlines(), page.splitlines(), "fresh", "page")
     assert page == fresh, "\n".join(difference)  # ...so the page shows it
+
+
+def test_a_page_that_shows_live_without_reading_its_cursor_first_is_refused(db):
+    """The rule is kept by the decorator, so a new live page cannot forget it."""
+    with pytest.raises(ImproperlyConfigured, match="a live page's view is a @live_view"):
+        common.live(RequestFactory().get("/somewhere/"), "/ws/inbox/")
+    answer = common.live(RequestFactory().post("/somewhere/"), "/ws/inbox/")  # an action's
+    assert answer == {"live_url": "/ws/inbox/", "cursor": store.committed_through()}
 
 
 def test_it_catches_up_from_the_event_log_on_reconnect(world, as_user):
