@@ -33,6 +33,7 @@ from runtime import conditions, registry
 from runtime.agents import Agent, spec_differences
 from runtime.errors import DurableConflictError, RegistrationError
 from runtime.models import (
+    BY_PEOPLE,
     RUNTIME,
     UNFINISHED_STATUSES,
     AgentVersion,
@@ -567,11 +568,7 @@ class EventAdmin(ReadOnlyAdmin):
         if not name:
             return queryset, False
         found = queryset.filter(actor=name)
-        if name != RUNTIME:
-            # The index leaves the runtime's events out, and SQLite uses a partial index only
-            # for a query that repeats its condition.
-            found = found.exclude(actor=RUNTIME)
-        return found, False
+        return (found if name == RUNTIME else found.filter(BY_PEOPLE)), False
 
 
 # --- approval policy ---------------------------------------------------------------------------

@@ -694,7 +694,7 @@ def audit_page(
     filters: AuditFilters, *, before: int | None = None, after: int | None = None
 ) -> Page:
     """Operator actions (every event not written by the runtime), newest first, by id."""
-    events = Event.objects.exclude(actor=RUNTIME)
+    events = Event.objects.by_people()
     if filters.actor:
         events = events.filter(actor=filters.actor)
     if filters.kind:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from runtime import clock
-from runtime.models import RUNTIME, Event, EventKind, Run, StatusCount
+from runtime.models import Event, EventKind, Run, StatusCount
 from runtime.store import sql
 from runtime.store.dialect import connection, dialect_of
 
@@ -112,7 +112,7 @@ def due_run_ids(limit: int = 500) -> list[uuid.UUID]:
 def intents_since_a_person_acted(run: Run, key: str) -> int:
     """Intents written for `key` since a person last acted on the run (submitted, retried,
     resolved, …): the attempts an operation has made on its own, for its crash budget."""
-    last = Event.objects.filter(run=run).exclude(actor=RUNTIME).order_by("-id").values("id").first()
+    last = Event.objects.filter(run=run).by_people().order_by("-id").values("id").first()
     return Event.objects.filter(
         run=run, operation_key=key, kind=EventKind.INTENT, id__gt=last["id"] if last else 0
     ).count()
