@@ -254,7 +254,7 @@ def report(summary: dict[str, Any], *, rounds: int, runs: int) -> str:
     lines += ["", "What was measured:"]
     for name, row in rows.items():
         info = row["info"]
-        details = [info[k] for k in ("version", "rows_per_run", "settings") if info.get(k)]
+        details = [info[k] for k in ("version", "rows_per_run", "settings", "log") if info.get(k)]
         if info.get("peak_rss_mb"):
             details.append(f"peak RSS {info['peak_rss_mb']:.0f} MB")
         if details:

@@ -64,6 +64,33 @@ def _postgres_settings(conn: Any) -> str:
     return ", ".join(f"{name}={_value(conn, f'SHOW {name}')}" for name in names)
 
 
+def log_per_call(conn: Any, run: Any, *, postgres: bool) -> str:
+    """What one run writes to the database's write-ahead log, per call: on SQLite in pages (a
+    commit appends every page it changed, whole), on PostgreSQL in bytes (the server's whole
+    log, so the fewest of three runs). A commit costs more the more it writes: beside the bound,
+    it shows how much of the floor's cost is the data model's."""
+    if postgres:
+        written = []
+        for _ in range(3):
+            before = _value(conn, "SELECT pg_current_wal_insert_lsn()")
+            run()
+            after = _value(conn, "SELECT pg_current_wal_insert_lsn()")
+            written.append(int(_value(conn, "SELECT pg_wal_lsn_diff(%s, %s)", (after, before))))
+        return f"log per call {min(written) / scenario.CALLS:,.0f} bytes"
+    page = int(_value(conn, "PRAGMA page_size"))
+    # The log emptied first, and no checkpoint between: every page the run wrote is counted.
+    automatic = int(_value(conn, "PRAGMA wal_autocheckpoint"))
+    _value(conn, "PRAGMA wal_autocheckpoint=0")
+    try:
+        _value(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+        run()
+        cursor = conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        pages = int((cursor if cursor is not None else conn).fetchone()[1])  # (busy, log, copied)
+    finally:
+        _value(conn, f"PRAGMA wal_autocheckpoint={automatic}")
+    return f"log per call {pages / scenario.CALLS:.1f} pages of {page // 1024} KB"
+
+
 class Plain:
     """The agent loop with no durability."""
 
@@ -126,7 +153,11 @@ class BoundSqlite(_Bound):
         assert self.answer == scenario.ANSWER
         records = self._records("?")
         assert records == 2 * scenario.CALLS, records
-        return {"records_per_run": records, "settings": _sqlite_settings(self.conn)}
+        return {
+            "records_per_run": records,
+            "settings": _sqlite_settings(self.conn),
+            "log": log_per_call(self.conn, self.run, postgres=False),
+        }
 
 
 class BoundPostgres(_Bound):
@@ -145,14 +176,19 @@ class BoundPostgres(_Bound):
         assert self.answer == scenario.ANSWER
         records = self._records("%s")
         assert records == 2 * scenario.CALLS, records
-        return {"records_per_run": records, "settings": _postgres_settings(self.conn)}
+        return {
+            "records_per_run": records,
+            "settings": _postgres_settings(self.conn),
+            "log": log_per_call(self.conn, self.run, postgres=True),
+        }
 
 
 class Records:
     """The floor of our data model: the plain loop writing exactly the records our runtime
     writes — the store's own statements (fence + operation + event per record, each outcome
     held and carried by the next intent: one commit per call), on their own DB-API connection
-    with the same settings — and nothing else: no Django, no engine.
+    with the same settings, and the very values a run of the runtime wrote for each call (a
+    model request's are six times a tool call's) — and nothing else: no Django, no engine.
 
     What separates it from the bound is the data model (three rows and their indexes per
     record, two records per commit); what separates our runtime from it is our Python.
@@ -168,6 +204,7 @@ class Records:
 
         call_command("migrate", verbosity=0, interactive=False)
         register([scenario.bench_agent], actor="bench")
+        self.written = _written_by_a_run()
         run = store.claim(submit(scenario.bench_agent.name, "floor", actor="bench").pk, "floor")
         assert run is not None
         self.postgres = connection.vendor == "postgresql"
@@ -203,21 +240,22 @@ class Records:
         self.answer = ""
 
     def _intent(self, key: str) -> None:
+        written = self.written[key]
         params = {
             **self.hold,
             **self.held,
             "key": self.prefix + key,
-            "kind": "tool",
-            "name": "get_order",
-            "policy": "safe",
+            "kind": written["kind"],
+            "name": written["name"],
+            "policy": written["policy"],
             "status": "started",
-            "input": self.json({"tool": "get_order", "arguments": {"order_id": "A-1001"}}),
-            "input_hash": "0" * 64,
+            "input": self.json(written["input"]),
+            "input_hash": written["input_hash"],
             "result": None,
             "is_error": False,
             "outcome_at": None,
             "event": "intent",
-            "data": self.json({"call": "tool", "name": "get_order", "attempt": 1}),
+            "data": self.json(written["intent"]),
         }
         # The previous call's outcome, held, is carried by this intent: one commit for both.
         carried = bool(self.held)
@@ -230,18 +268,18 @@ class Records:
             self.ops[key] = self._sqlite("new", params, carried=carried)
 
     def _outcome(self, key: str) -> None:
-        result = {"order_id": "A-1001", "status": "paid", "amount_cents": 1250}
-        data = {"call": "tool", "name": "get_order", "status": "completed", "is_error": False}
+        written = self.written[key]
+        usage = written["usage"]
         self.held = {
             "p_op": self.ops.pop(key),
-            "p_status": "completed",
-            "p_result": self.json(result),
-            "p_is_error": False,
-            "p_error": "",
-            "p_usage": None,
+            "p_status": written["status"],
+            "p_result": self.json(written["result"]),
+            "p_is_error": written["is_error"],
+            "p_error": written["error"],
+            "p_usage": None if usage is None else self.json(usage),
             "p_key": self.prefix + key,
             "p_event": "outcome",
-            "p_data": self.json(data),
+            "p_data": self.json(written["outcome"]),
             "p_now": self.now,
         }
 
@@ -280,10 +318,35 @@ class Records:
             "records_per_run": 2 * scenario.CALLS,
             "rows_per_run": "per run 31 operations (each written twice), 62 events, 32 commits",
             "settings": settings,
+            "log": log_per_call(self.conn, self.run, postgres=self.postgres),
         }
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _written_by_a_run() -> dict[str, dict[str, Any]]:
+    """What one run of the runtime wrote for each call, by operation key (the plain loop's
+    keys): its operation's values and its intent's and outcome's event data."""
+    from runtime import advance, submit
+    from runtime.models import Event, EventKind, Operation
+
+    run = submit(scenario.bench_agent.name, scenario.MESSAGE, actor="bench")
+    advance(run.pk)
+    fields = ("key", "kind", "name", "policy", "status", "input", "input_hash", "result")
+    written = {
+        op["key"]: op
+        for op in Operation.objects.filter(run_id=run.pk).values(
+            *fields, "is_error", "error", "usage"
+        )
+    }
+    for event in Event.objects.filter(
+        run_id=run.pk, kind__in=[EventKind.INTENT, EventKind.OUTCOME]
+    ).values("kind", "operation_key", "data"):
+        written[event["operation_key"]][event["kind"]] = event["data"]
+    assert len(written) == scenario.CALLS, len(written)
+    assert all({"intent", "outcome"} <= set(op) for op in written.values()), written
+    return written
 
 
 class AgentOps:
@@ -316,12 +379,10 @@ class AgentOps:
         operations = Operation.objects.filter(run_id=run.pk).count()
         events = Event.objects.filter(run_id=run.pk).count()
         assert operations == scenario.CALLS, operations
+        postgres = connection.vendor == "postgresql"
         with connection.cursor() as cursor:
-            settings = (
-                _postgres_settings(cursor)
-                if connection.vendor == "postgresql"
-                else _sqlite_settings(cursor)
-            )
+            settings = _postgres_settings(cursor) if postgres else _sqlite_settings(cursor)
+            log = log_per_call(cursor, self.run, postgres=postgres)
         return {
             "records_per_run": 2 * operations,
             "rows_per_run": (
@@ -329,6 +390,7 @@ class AgentOps:
                 "each outcome commits with the next intent (bench.throughput --count counts)"
             ),
             "settings": settings,
+            "log": log,
         }
 
     def breakdown(self, runs: int) -> list[list[Any]]:
