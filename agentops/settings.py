@@ -352,6 +352,8 @@ LOGGING = {
 # The in-memory transport ignores the host, but kombu warns about a URL without one.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://localhost/")
 EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("memory://")
+# kombu's in-memory transport, whose consumer is woken by the broker's changes (agentops/celery.py).
+CELERY_BROKER_TRANSPORT = "agentops.celery:MemoryTransport" if EMBEDDED_BROKER else None
 # A named queue, so several apps can share one Redis.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_QUEUE", "agentops")
 CELERY_TASK_IGNORE_RESULT = True
@@ -380,7 +382,8 @@ AGENTOPS_BROKER_VISIBILITY_TIMEOUT = env_float(
 _restore_period = max(1, min(100, int(AGENTOPS_BROKER_VISIBILITY_TIMEOUT / 4)))
 _restore_interval = min(10, _restore_period)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, float | int] = (
-    # The in-memory transport polls; a tenth of a second keeps the console live.
+    # The in-memory transport's consumer is woken by a message or an acknowledgement; it also
+    # looks every tenth of a second.
     {"polling_interval": 0.1}
     if EMBEDDED_BROKER
     else {

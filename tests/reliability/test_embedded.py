@@ -5,7 +5,12 @@ Runs in both passes: on SQLite (a file, shared by the threads and processes) and
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import subprocess
+import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +19,10 @@ from typing import Any
 import pytest
 from celery.signals import task_postrun
 from django.db import connection
+from kombu import Connection, Queue
+from kombu.message import Message
 
-from agentops.celery import EmbeddedWorker, app
+from agentops.celery import EmbeddedWorker, MemoryTransport, app
 from agentops.tasks import advance_run
 from runtime import submit
 from runtime.models import Run, RunStatus
@@ -42,8 +49,9 @@ def embedded(
     settings.AGENTOPS_DISPATCH = "agentops.tasks.enqueue"
     settings.AGENTOPS_HEARTBEAT = True
     settings.AGENTOPS_SWEEP_SECONDS = 0.5
-    previous = (app.conf.broker_url, app.conf.broker_transport_options)
+    previous = (app.conf.broker_url, app.conf.broker_transport, app.conf.broker_transport_options)
     app.conf.broker_url = "memory://localhost/"
+    app.conf.broker_transport = "agentops.celery:MemoryTransport"
     app.conf.broker_transport_options = {"polling_interval": 0.05}
     _purge()
     delivered: list[tuple[str, bool]] = []
@@ -61,7 +69,71 @@ def embedded(
         worker.stop()
         task_postrun.disconnect(record)
         _purge()
-        app.conf.broker_url, app.conf.broker_transport_options = previous
+        app.conf.broker_url, app.conf.broker_transport, app.conf.broker_transport_options = previous
+
+
+@pytest.mark.parametrize(
+    ("broker", "transport"),
+    [
+        ("memory://localhost/", "agentops.celery:MemoryTransport"),
+        ("redis://127.0.0.1:6379/0", "kombu.transport.redis:Transport"),
+    ],
+)
+def test_the_embedded_broker_is_the_in_memory_transport_that_wakes_its_consumer(
+    broker: str, transport: str
+) -> None:
+    program = (
+        "import django; django.setup(); from agentops.celery import app;"
+        "t = type(app.connection_for_write().transport); print(f'{t.__module__}:{t.__qualname__}')"
+    )
+    env = {**os.environ, "CELERY_BROKER_URL": broker}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == transport
+
+
+def test_the_in_memory_broker_wakes_its_consumer_for_a_message_and_for_an_acknowledgement() -> None:
+    # The consumer would look again only in an hour, and each wait is a minute: only the
+    # broker's wake-ups can bring it the messages in time.
+    url, options = "memory://localhost/", {"polling_interval": 3600}
+    queue = Queue("agentops-wake-test")
+    received: list[Message] = []
+    arrived = threading.Semaphore(0)
+    ready, done = threading.Event(), threading.Event()
+
+    def on_message(body: Any, message: Message) -> None:
+        received.append(message)
+        arrived.release()
+
+    def consume() -> None:
+        with (
+            Connection(url, transport=MemoryTransport, transport_options=options) as conn,
+            conn.Consumer([queue], callbacks=[on_message], accept=["json"], prefetch_count=1),
+        ):
+            ready.set()
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=60)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    assert ready.wait(10)
+    # The web threads publish on connections of their own.
+    with Connection(url, transport=MemoryTransport, transport_options=options) as conn:
+        producer = conn.Producer(serializer="json")
+        producer.publish({"n": 1}, routing_key=queue.name, declare=[queue])
+        assert arrived.acquire(timeout=20), "a message did not wake the consumer"
+        producer.publish({"n": 2}, routing_key=queue.name, declare=[queue])
+        # At its prefetch limit, the second waits for the first's acknowledgement.
+        assert not arrived.acquire(timeout=0.5)
+        done.set()
+        received[0].ack()  # from another thread, as a task thread acknowledges
+        assert arrived.acquire(timeout=20), "an acknowledgement did not wake the consumer"
+        received[1].ack()
+    assert [m.payload for m in received] == [{"n": 1}, {"n": 2}]
+    consumer.join(20)
+    assert not consumer.is_alive()
 
 
 def test_the_embedded_worker_advances_each_run_once_however_often_it_is_delivered(
