@@ -11,6 +11,7 @@ from runtime.models import (
     ApprovalRule,
     Event,
     Interaction,
+    OnRow,
     Operation,
     Run,
     Session,
@@ -44,17 +45,26 @@ def values(model: type[Model], prefix: str) -> str:
 RUN_COLUMNS = columns(Run)
 SESSION_COLUMNS = columns(Session)
 
-# The one place the rule is written: a worker may claim a run that is queued, a running one
-# whose lease expired (its worker died or stalled), or a retry wait whose timer is due.
-RUNNABLE = (
-    "(status = 'queued' "
-    "OR (status = 'running' AND lease_expires_at < %(now)s) "
-    "OR (status = 'retry_wait' AND next_attempt_at <= %(now)s))"
-)
+# The status of a run found by its key, checked on the row the key found (OnRow says why).
+STATUS_ON_ROW = OnRow.sql("status")
+
+
+def runnable(status: str) -> str:
+    """The one place the rule is written: a worker may claim a run that is queued, a running
+    one whose lease expired (its worker died or stalled), or a retry wait whose timer is due.
+    `status`: the column where the runs are looked for, STATUS_ON_ROW for one run by its key."""
+    return (
+        f"({status} = 'queued' "
+        f"OR ({status} = 'running' AND lease_expires_at < %(now)s) "
+        f"OR ({status} = 'retry_wait' AND next_attempt_at <= %(now)s))"
+    )
+
+
+RUNNABLE = runnable("status")
 
 # The owning worker's fence: its writes land only while the run is running under its claim
 # (`held` is 'running'; a test harness's fence hook may hold the run in another status).
-OWNED = "id = %(run)s AND fence = %(fence)s AND status = %(held)s"
+OWNED = f"id = %(run)s AND fence = %(fence)s AND {STATUS_ON_ROW} = %(held)s"
 
 # What a claim that takes over an expired lease records as the last crash (`%s`: the lost owner).
 LOST = "the worker %s lost the run: its lease expired (it died or stalled)"

@@ -29,9 +29,10 @@ from runtime.store.sql import (
     OWNED,
     RUN,
     RUN_COLUMNS,
-    RUNNABLE,
     SESSION,
     SESSION_COLUMNS,
+    STATUS_ON_ROW,
+    runnable,
     values,
 )
 from runtime.store.sql import EVENT as EVENT_TABLE
@@ -84,7 +85,7 @@ INSERT INTO {EVENT_TABLE} ({EVENT_COLUMNS}) VALUES
 # last moved, if that is after the worker read its clock (as PostgreSQL's CLAIM has it: the
 # claim is dated from it then). The times are text in one format, which orders them.
 SEEN = named(f"""SELECT status, fence, lease_owner, MAX(%(now)s, updated_at) FROM {RUN}
-WHERE id = %(run)s AND {RUNNABLE}""")
+WHERE id = %(run)s AND {runnable(STATUS_ON_ROW)}""")
 
 # The claim, guarded on the status and fence it read: of two claims of what they both read,
 # exactly one lands. Every claim counts as a crash until it ends cleanly (a transition out of
@@ -97,7 +98,7 @@ SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease)s,
     fence = fence + 1, next_attempt_at = NULL, crashed_claims = crashed_claims + 1,
     last_crash = CASE WHEN status = 'running' THEN %(lost)s ELSE last_crash END,
     updated_at = %(now)s
-WHERE id = %(run)s AND status = %(status)s AND fence = %(fence)s""")
+WHERE id = %(run)s AND {STATUS_ON_ROW} = %(status)s AND fence = %(fence)s""")
 
 # The claimed run, as the turn reads it: in the claim's transaction.
 CLAIMED_RUN = named(f"SELECT {CLAIMED_RUN_COLUMNS} FROM {RUN} AS run WHERE id = %(run)s")

@@ -43,8 +43,8 @@ def pause_now(run: Run, *, actor: str, reason: str) -> bool:
     """
     now = clock.now()
     with transaction.atomic():
-        moved = Run.objects.filter(
-            pk=run.pk, status=run.status, fence=run.fence, status__in=PAUSABLE_STATUSES
+        moved = Run.objects.by_key(
+            run.pk, status=run.status, fence=run.fence, status__in=PAUSABLE_STATUSES
         ).update(
             status=RunStatus.PAUSED,
             paused_from=run.status,
@@ -61,8 +61,8 @@ def pause_now(run: Run, *, actor: str, reason: str) -> bool:
 def request_pause(run: Run, *, actor: str, reason: str) -> bool:
     """Ask a running run to pause at its next durable boundary. False if it moved meanwhile."""
     with transaction.atomic():
-        asked = Run.objects.filter(
-            pk=run.pk, status=RunStatus.RUNNING, fence=run.fence, pause_requested_by=""
+        asked = Run.objects.by_key(
+            run.pk, status=RunStatus.RUNNING, fence=run.fence, pause_requested_by=""
         ).update(pause_requested_by=actor, pause_reason=reason)
         if asked != 1:
             return False
@@ -73,7 +73,7 @@ def request_pause(run: Run, *, actor: str, reason: str) -> bool:
 def pause_requested(run: Run) -> bool:
     """The engine's check at a durable boundary: did an operator ask this claim to pause?"""
     return (
-        Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING)
+        Run.objects.by_key(run.pk, fence=run.fence, status=RunStatus.RUNNING)
         .exclude(pause_requested_by="")
         .exists()
     )
@@ -112,8 +112,8 @@ def settle_pause(run_id: Any) -> None:
     row = dict(zip(("status", "fence", "pause_requested_by", "pause_reason"), found, strict=True))
     now = clock.now()
     with transaction.atomic():
-        guard = Run.objects.filter(
-            pk=run_id,
+        guard = Run.objects.by_key(
+            run_id,
             status=row["status"],
             fence=row["fence"],
             pause_requested_by=row["pause_requested_by"],
@@ -146,8 +146,8 @@ def resume_paused(run: Run, *, actor: str) -> str | None:
             and not run.interactions.filter(status=InteractionStatus.PENDING).exists()
         ):
             target = RunStatus.QUEUED
-        moved = Run.objects.filter(
-            pk=run.pk, status=RunStatus.PAUSED, paused_from=run.paused_from, fence=run.fence
+        moved = Run.objects.by_key(
+            run.pk, status=RunStatus.PAUSED, paused_from=run.paused_from, fence=run.fence
         ).update(
             status=target,
             paused_from="",
@@ -168,7 +168,7 @@ def withdraw_pause(run: Run, *, actor: str) -> bool:
     """Resume before a requested pause took effect: the run goes on. False if it moved."""
     with transaction.atomic():
         withdrawn = (
-            Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, fence=run.fence)
+            Run.objects.by_key(run.pk, status=RunStatus.RUNNING, fence=run.fence)
             .exclude(pause_requested_by="")
             .update(pause_requested_by="", pause_reason="")
         )
@@ -181,9 +181,9 @@ def withdraw_pause(run: Run, *, actor: str) -> bool:
 def answered_while_paused(run_id: Any) -> bool:
     """An interaction of a run paused while waiting was answered: it will resume as queued."""
     return (
-        Run.objects.filter(
-            pk=run_id, status=RunStatus.PAUSED, paused_from=RunStatus.WAITING
-        ).update(paused_from=RunStatus.QUEUED)
+        Run.objects.by_key(run_id, status=RunStatus.PAUSED, paused_from=RunStatus.WAITING).update(
+            paused_from=RunStatus.QUEUED
+        )
         == 1
     )
 

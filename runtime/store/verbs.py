@@ -126,7 +126,7 @@ def move_run(
     transitions.check(sources, target)
     if bump_fence:
         fields["fence"] = F("fence") + 1
-    rows = Run.objects.filter(pk=run_id, status__in=list(sources), **(where or {}))
+    rows = Run.objects.by_key(run_id, status__in=list(sources), **(where or {}))
     return rows.update(status=target, updated_at=now, **fields) == 1
 
 
@@ -134,7 +134,7 @@ def answer_interaction(
     interaction_id: Any, response: dict[str, Any], *, actor: str, now: dt.datetime
 ) -> bool:
     """Record the answer if the interaction is still pending; whether it landed."""
-    landed = Interaction.objects.filter(pk=interaction_id, status=InteractionStatus.PENDING).update(
+    landed = Interaction.objects.by_key(interaction_id, status=InteractionStatus.PENDING).update(
         status=InteractionStatus.ANSWERED, response=response, responded_by=actor, responded_at=now
     )
     return landed == 1

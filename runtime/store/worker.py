@@ -132,7 +132,7 @@ def renew(run: Run) -> None:
         now = clock.now()
         # The lease alone: updated_at stays the run's last move, and no indexed column changes
         # (a HOT update on PostgreSQL; Run.Meta says why).
-        renewed = Run.objects.filter(pk=run.pk, fence=fence, status=held).update(
+        renewed = Run.objects.by_key(run.pk, fence=fence, status=held).update(
             lease_expires_at=_lease(now)
         )
         if renewed != 1:
@@ -142,7 +142,7 @@ def renew(run: Run) -> None:
 def still_running(run_id: Any, fence: int) -> bool:
     """Whether the claim with `fence` still holds the run: False once it was cancelled or taken
     over (cancel bumps the fence too). One primary-key read, cheap enough to poll."""
-    return Run.objects.filter(pk=run_id, fence=fence, status=RunStatus.RUNNING).exists()
+    return Run.objects.by_key(run_id, fence=fence, status=RunStatus.RUNNING).exists()
 
 
 # --- the fold: a held outcome, carried by the next record ----------------------------------------
@@ -252,7 +252,7 @@ def _refused(run: Run, carried: _Held | None, *, pausable: bool) -> NoReturn:
     """A fenced record wrote nothing: the run is no longer ours (LeaseLost), or an intent met
     an operator's pause (PauseRequested; the outcome it carried is held again, for the pause's
     own move to carry)."""
-    ours = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING)
+    ours = Run.objects.by_key(run.pk, fence=run.fence, status=RunStatus.RUNNING)
     if pausable and ours.exclude(pause_requested_by="").exists():
         if carried is not None:
             run.__dict__[_HELD] = carried
@@ -498,7 +498,7 @@ def request_interaction(
     now = clock.now()
     with _carried_fence(run) as (fence, held), transaction.atomic():
         # The move is the fence: it lands only while the run is ours.
-        moved = Run.objects.filter(pk=run.pk, fence=fence, status=held).update(
+        moved = Run.objects.by_key(run.pk, fence=fence, status=held).update(
             status=RunStatus.WAITING,
             lease_owner="",
             lease_expires_at=None,
@@ -530,6 +530,6 @@ def request_interaction(
 def expire_lease(run_id: Any) -> None:
     """What the passing of time does to a dead worker's lease: it runs out now (the crash
     harness's recovery, runtime.testing.recover)."""
-    Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+    Run.objects.by_key(run_id, status=RunStatus.RUNNING).update(
         lease_expires_at=clock.now() - dt.timedelta(seconds=1)
     )
