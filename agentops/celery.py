@@ -27,7 +27,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from celery.signals import task_postrun, task_prerun
 from django.db import close_old_connections
-from kombu.transport import memory
+from kombu.transport import TRANSPORT_ALIASES, memory
 
 from agentops.integrations.worker import OutboxSweep
 from runtime import threads
@@ -137,8 +137,8 @@ class MemoryChannel(memory.Channel):  # type: ignore[misc]
 
 
 class MemoryTransport(memory.Transport):  # type: ignore[misc]
-    """kombu's in-memory transport (CELERY_BROKER_TRANSPORT of the embedded setup), whose
-    consumer wakes when a message arrives or a task is acknowledged.
+    """kombu's in-memory transport, whose consumer wakes when a message arrives or a task is
+    acknowledged: every memory:// broker of the process (the embedded setup's) is this one.
 
     kombu's sleeps its polling interval whenever it finds nothing it may take. With
     acknowledgement after the task (CELERY_TASK_ACKS_LATE) and a prefetch of one task per
@@ -163,6 +163,11 @@ class MemoryTransport(memory.Transport):  # type: ignore[misc]
                     raise TimeoutError from None
                 limits = [x for x in (self.polling_interval, left) if x is not None]
                 _CHANGES.wait_after(seen, min(limits, default=None))
+
+
+# By the URL's scheme, so that a connection to any other broker (a test's, a worker's `-b`) is
+# kombu's own: `broker_transport` would apply to every URL.
+TRANSPORT_ALIASES["memory"] = f"{__name__}:MemoryTransport"
 
 
 class EmbeddedWorker:

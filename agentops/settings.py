@@ -352,8 +352,6 @@ LOGGING = {
 # The in-memory transport ignores the host, but kombu warns about a URL without one.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "memory://localhost/")
 EMBEDDED_BROKER = CELERY_BROKER_URL.startswith("memory://")
-# kombu's in-memory transport, whose consumer is woken by the broker's changes (agentops/celery.py).
-CELERY_BROKER_TRANSPORT = "agentops.celery:MemoryTransport" if EMBEDDED_BROKER else None
 # A named queue, so several apps can share one Redis.
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_QUEUE", "agentops")
 CELERY_TASK_IGNORE_RESULT = True

@@ -49,9 +49,8 @@ def embedded(
     settings.AGENTOPS_DISPATCH = "agentops.tasks.enqueue"
     settings.AGENTOPS_HEARTBEAT = True
     settings.AGENTOPS_SWEEP_SECONDS = 0.5
-    previous = (app.conf.broker_url, app.conf.broker_transport, app.conf.broker_transport_options)
+    previous = (app.conf.broker_url, app.conf.broker_transport_options)
     app.conf.broker_url = "memory://localhost/"
-    app.conf.broker_transport = "agentops.celery:MemoryTransport"
     app.conf.broker_transport_options = {"polling_interval": 0.05}
     _purge()
     delivered: list[tuple[str, bool]] = []
@@ -69,26 +68,33 @@ def embedded(
         worker.stop()
         task_postrun.disconnect(record)
         _purge()
-        app.conf.broker_url, app.conf.broker_transport, app.conf.broker_transport_options = previous
+        app.conf.broker_url, app.conf.broker_transport_options = previous
 
 
 @pytest.mark.parametrize(
-    ("broker", "transport"),
+    ("broker", "connected_to", "transport"),
     [
-        ("memory://localhost/", "agentops.celery:MemoryTransport"),
-        ("redis://127.0.0.1:6379/0", "kombu.transport.redis:Transport"),
+        ("memory://localhost/", None, "agentops.celery:MemoryTransport"),
+        ("redis://127.0.0.1:6379/0", None, "kombu.transport.redis:Transport"),
+        # A test, or a worker's -b, connects to another broker than the settings' memory://.
+        ("memory://localhost/", "redis://127.0.0.1:6379/0", "kombu.transport.redis:Transport"),
     ],
 )
-def test_the_embedded_broker_is_the_in_memory_transport_that_wakes_its_consumer(
-    broker: str, transport: str
+def test_a_memory_broker_is_the_in_memory_transport_that_wakes_its_consumer(
+    broker: str, connected_to: str | None, transport: str
 ) -> None:
     program = (
-        "import django; django.setup(); from agentops.celery import app;"
-        "t = type(app.connection_for_write().transport); print(f'{t.__module__}:{t.__qualname__}')"
+        "import sys, django; django.setup(); from agentops.celery import app;"
+        "t = type(app.connection_for_write(sys.argv[1] or None).transport);"
+        "print(f'{t.__module__}:{t.__qualname__}')"
     )
     env = {**os.environ, "CELERY_BROKER_URL": broker}
     done = subprocess.run(
-        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", program, connected_to or ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert done.stdout.strip() == transport
 
