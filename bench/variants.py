@@ -47,10 +47,15 @@ def _first(row: Any) -> Any:
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
-def _value(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
-    """One value; `conn` is anything with execute() returning a cursor (DB-API or Django)."""
+def _row(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """One row; `conn` is anything with execute() returning a cursor (DB-API or Django)."""
     cursor = conn.execute(query, params) if params else conn.execute(query)
-    return _first((cursor if cursor is not None else conn).fetchone())
+    return (cursor if cursor is not None else conn).fetchone()
+
+
+def _value(conn: Any, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """One value (the first column of one row)."""
+    return _first(_row(conn, query, params))
 
 
 def _sqlite_settings(conn: Any) -> str:
@@ -84,8 +89,7 @@ def log_per_call(conn: Any, run: Any, *, postgres: bool) -> str:
     try:
         _value(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
         run()
-        cursor = conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        pages = int((cursor if cursor is not None else conn).fetchone()[1])  # (busy, log, copied)
+        pages = int(_row(conn, "PRAGMA wal_checkpoint(PASSIVE)")[1])  # (busy, log, copied)
     finally:
         _value(conn, f"PRAGMA wal_autocheckpoint={automatic}")
     return f"log per call {pages / scenario.CALLS:.1f} pages of {page // 1024} KB"
@@ -333,13 +337,9 @@ def _written_by_a_run() -> dict[str, dict[str, Any]]:
 
     run = submit(scenario.bench_agent.name, scenario.MESSAGE, actor="bench")
     advance(run.pk)
-    fields = ("key", "kind", "name", "policy", "status", "input", "input_hash", "result")
-    written = {
-        op["key"]: op
-        for op in Operation.objects.filter(run_id=run.pk).values(
-            *fields, "is_error", "error", "usage"
-        )
-    }
+    columns = "key kind name policy status input input_hash result is_error error usage"
+    operations = Operation.objects.filter(run_id=run.pk).values(*columns.split())
+    written = {op["key"]: op for op in operations}
     for event in Event.objects.filter(
         run_id=run.pk, kind__in=[EventKind.INTENT, EventKind.OUTCOME]
     ).values("kind", "operation_key", "data"):

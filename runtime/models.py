@@ -260,11 +260,13 @@ class KeyedQuerySet(models.QuerySet[M]):
     def by_key(self, pk: Any, **columns: Any) -> Self:
         """The row `pk` if its columns have these values (`status`, `status__in`, …), found by
         its key: its status is checked on the row (OnRow says why)."""
-        on_row = {
-            (f"status__on_row{name[len('status') :]}" if name.startswith("status") else name): value
-            for name, value in columns.items()
-        }
-        return self.filter(pk=pk, **on_row)
+        return self.filter(pk=pk, **{_on_row(name): value for name, value in columns.items()})
+
+
+def _on_row(lookup: str) -> str:
+    """`status` → `status__on_row`, `status__in` → `status__on_row__in`; others as they are."""
+    field, sep, rest = lookup.partition("__")
+    return f"status__on_row{sep}{rest}" if field == "status" else lookup
 
 
 class RunQuerySet(KeyedQuerySet["Run"]):

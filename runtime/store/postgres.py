@@ -41,10 +41,9 @@ from runtime.store.sql import (
     OWNED,
     RUN,
     RUN_COLUMNS,
+    RUNNABLE_BY_KEY,
     SESSION,
     SESSION_COLUMNS,
-    STATUS_ON_ROW,
-    runnable,
 )
 
 HELD = f"held AS ({FENCE} FOR NO KEY UPDATE)"
@@ -131,7 +130,7 @@ CLAIM = f"""
 WITH seen AS (
     SELECT id, status, fence, lease_owner,
         GREATEST(%(now)s::timestamptz, updated_at) AS at FROM {RUN}
-    WHERE id = %(run)s AND {runnable(STATUS_ON_ROW)} FOR NO KEY UPDATE),
+    WHERE {RUNNABLE_BY_KEY} FOR NO KEY UPDATE),
 claimed AS (
     UPDATE {RUN} AS run
     SET status = 'running', lease_owner = %(owner)s,

@@ -61,6 +61,8 @@ def runnable(status: str) -> str:
 
 
 RUNNABLE = runnable("status")
+# The run named by the claim, if a worker may claim it now.
+RUNNABLE_BY_KEY = f"id = %(run)s AND {runnable(STATUS_ON_ROW)}"
 
 # The owning worker's fence: its writes land only while the run is running under its claim
 # (`held` is 'running'; a test harness's fence hook may hold the run in another status).

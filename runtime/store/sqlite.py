@@ -29,10 +29,10 @@ from runtime.store.sql import (
     OWNED,
     RUN,
     RUN_COLUMNS,
+    RUNNABLE_BY_KEY,
     SESSION,
     SESSION_COLUMNS,
     STATUS_ON_ROW,
-    runnable,
     values,
 )
 from runtime.store.sql import EVENT as EVENT_TABLE
@@ -85,7 +85,7 @@ INSERT INTO {EVENT_TABLE} ({EVENT_COLUMNS}) VALUES
 # last moved, if that is after the worker read its clock (as PostgreSQL's CLAIM has it: the
 # claim is dated from it then). The times are text in one format, which orders them.
 SEEN = named(f"""SELECT status, fence, lease_owner, MAX(%(now)s, updated_at) FROM {RUN}
-WHERE id = %(run)s AND {runnable(STATUS_ON_ROW)}""")
+WHERE {RUNNABLE_BY_KEY}""")
 
 # The claim, guarded on the status and fence it read: of two claims of what they both read,
 # exactly one lands. Every claim counts as a crash until it ends cleanly (a transition out of
